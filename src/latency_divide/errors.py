@@ -1,0 +1,37 @@
+"""Domain errors. The CLI turns these into a one-line message and a non-zero exit."""
+
+
+class LatencyDivideError(Exception):
+    """Base class: an error a user can act on; str(e) is the whole message."""
+
+
+class ConfigError(LatencyDivideError):
+    """A config value is invalid: the message names the key, the value and what is allowed."""
+
+
+class HouseholdError(LatencyDivideError):
+    """An unknown or malformed household ID."""
+
+
+class EnvironmentError_(LatencyDivideError):
+    """A program, kernel feature or privilege the run needs is missing."""
+
+
+class CommandError(LatencyDivideError):
+    """A command run through a runner failed."""
+
+    def __init__(self, argv, returncode, stdout="", stderr="", where="local"):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.where = where
+        tail = (stderr or stdout or "").strip().splitlines()[-3:]
+        super().__init__(
+            f"command failed on {where} (exit {returncode}): {' '.join(self.argv)}"
+            + (f"\n  {' | '.join(tail)}" if tail else "")
+        )
+
+
+class TrialError(LatencyDivideError):
+    """A trial could not be completed; no trial directory was written."""

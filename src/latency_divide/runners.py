@@ -1,0 +1,178 @@
+"""Runners execute commands given as argv lists, on this host, in a network namespace, or
+(later) on a remote node over SSH. Nothing here builds commands from strings: callers pass
+validated argv lists and a runner decides how to get them executed.
+
+Lifecycle of a background process: ``start()`` returns a :class:`Process`; ``stop()`` sends
+SIGTERM to exactly that process (never by name), waits, escalates to SIGKILL, and returns
+when the log files given to ``start()`` are complete on the local disk.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from .errors import CommandError
+
+
+@dataclass
+class Completed:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Process(Protocol):
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int: ...
+
+
+class Runner(Protocol):
+    #: Where commands run, for messages and metadata ("local", "netns ld-ab12-gw", "ssh user@host").
+    where: str
+
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, timeout: float = 30.0, input: str | None = None
+    ) -> Completed: ...
+
+    def start(
+        self, argv: Sequence[str], *, stdout: Path | None = None, stderr: Path | None = None
+    ) -> Process: ...
+
+
+def _argv(argv: Sequence[str]) -> list[str]:
+    out = [str(a) for a in argv]
+    if not out:
+        raise ValueError("empty command")
+    return out
+
+
+class LocalProcess:
+    """A background process on this host; stopped by its PID only."""
+
+    def __init__(self, popen: subprocess.Popen, argv: list[str], files: list):
+        self._popen = popen
+        self.pid = popen.pid
+        self.argv = argv
+        self._files = files
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self._popen.wait(timeout=timeout)
+        self._close()
+        return rc
+
+    def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int:
+        if self._popen.poll() is None:
+            try:
+                self._popen.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self._popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._popen.kill()
+                self._popen.wait(timeout=timeout)
+        self._close()
+        return self._popen.returncode
+
+    def _close(self) -> None:
+        for f in self._files:
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._files = []
+
+
+class LocalRunner:
+    """Runs commands on this host, optionally inside a network namespace (``ip netns exec``).
+
+    ``ip netns exec NS cmd`` execs cmd in place, so the PID we hold is the command's own PID
+    and signals reach it directly.
+    """
+
+    def __init__(self, netns: str | None = None, env: dict[str, str] | None = None):
+        self.netns = netns
+        self.where = f"netns {netns}" if netns else "local"
+        self._env = env
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        argv = _argv(argv)
+        if self.netns:
+            return ["ip", "netns", "exec", self.netns, *argv]
+        return argv
+
+    def run(self, argv, *, check=True, timeout=30.0, input=None) -> Completed:
+        full = self.wrap(argv)
+        try:
+            p = subprocess.run(
+                full, capture_output=True, text=True, timeout=timeout, input=input, env=self._env
+            )
+        except subprocess.TimeoutExpired as e:
+            raise CommandError(full, -1, "", f"timed out after {timeout} s", self.where) from e
+        except FileNotFoundError as e:
+            raise CommandError(full, 127, "", f"program not found: {full[0]}", self.where) from e
+        res = Completed(full, p.returncode, p.stdout, p.stderr)
+        if check and p.returncode != 0:
+            raise CommandError(full, p.returncode, p.stdout, p.stderr, self.where)
+        return res
+
+    def start(self, argv, *, stdout=None, stderr=None) -> LocalProcess:
+        full = self.wrap(argv)
+        files = []
+        out = subprocess.DEVNULL
+        err = subprocess.DEVNULL
+        if stdout is not None:
+            out = open(stdout, "wb")
+            files.append(out)
+        if stderr is not None:
+            if stdout is not None and Path(stderr) == Path(stdout):
+                err = subprocess.STDOUT
+            else:
+                err = open(stderr, "wb")
+                files.append(err)
+        try:
+            popen = subprocess.Popen(
+                full, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=self._env,
+                start_new_session=True,
+            )
+        except FileNotFoundError as e:
+            for f in files:
+                f.close()
+            raise CommandError(full, 127, "", f"program not found: {full[0]}", self.where) from e
+        return LocalProcess(popen, full, files)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "condition") -> None:
+    """Poll ``predicate()`` until true; raise TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
