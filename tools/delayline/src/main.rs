@@ -1,3 +1,10 @@
+use clap::Parser;
+use delayline::cli::Opts;
+
 fn main() {
-    println!("placeholder");
+    let opts = Opts::parse();
+    if let Err(err) = delayline::run(opts) {
+        eprintln!("delayline: error: {err:#}");
+        std::process::exit(1);
+    }
 }

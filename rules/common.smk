@@ -1,0 +1,38 @@
+# Shared helpers: the loaded config, wildcard constraints, target functions.
+from latency_divide.config import load_config
+from latency_divide.trial import trial_ids, trial_meta_path
+
+# The package's config object: validated, households resolved (IDs checked, samples drawn).
+CFG = load_config(config)
+HOUSEHOLDS = CFG.household_ids()
+# The vendored household data set (an input of every household record).
+HOUSEHOLD_DATA = "resources/digitaldivide/household-internet-data.csv"
+
+
+wildcard_constraints:
+    household=r"\d+",
+
+
+def household_targets():
+    return expand("results/households/{household}.json", household=HOUSEHOLDS)
+
+
+def link_targets():
+    return expand("results/links/{household}.json", household=HOUSEHOLDS)
+
+
+def table_targets():
+    return ["results/tables/households.parquet"]
+
+
+def trial_targets():
+    """meta.json of every trial of the run (a trial directory is complete iff it has one)."""
+    return [str(trial_meta_path("results/raw", *t)) for t in trial_ids(CFG)]
+
+
+# `rule all` builds what these functions return; a stage adds its function here.
+TARGET_FUNCTIONS = [household_targets, link_targets, table_targets, trial_targets]
+
+
+def all_targets():
+    return [t for f in TARGET_FUNCTIONS for t in f()]

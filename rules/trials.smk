@@ -1,0 +1,31 @@
+from latency_divide.progress import mark_run_start
+from latency_divide.workflow_glue import RUN_START
+
+# Stage 3: trials. One job per (household, direction, variant, repetition) on the local
+# testbed (network namespaces on this host). A trial directory appears only when complete,
+# so its meta.json is the job's output; link plans are `ancient` inputs, so a re-generated
+# plan (or raw data pulled by DVC, which keeps no mtimes) never re-runs a finished trial.
+
+
+wildcard_constraints:
+    direction="uplink|downlink",
+    variant=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    rep=r"\d+",
+
+
+rule trial:
+    input:
+        record=ancient("results/households/{household}.json"),
+        plan=ancient("results/links/{household}.json"),
+    output:
+        meta="results/raw/{household}/{direction}/{variant}/rep{rep}/meta.json",
+    log:
+        "logs/trial/{household}/{direction}/{variant}/rep{rep}.log",
+    conda:
+        "../envs/workflow.yaml"
+    script:
+        "../workflow/scripts/run_trial.py"
+
+
+onstart:
+    mark_run_start(RUN_START)

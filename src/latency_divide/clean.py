@@ -1,0 +1,60 @@
+"""Remove exactly our leftovers: namespaces named ``ld-<tag>-<role>`` whose owning process
+is gone (and the processes inside them, by the PIDs the kernel lists for those namespaces),
+plus stale owner records. Safe to run any number of times; never touches other names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import topology
+from .runners import pid_alive
+
+
+@dataclass
+class CleanReport:
+    removed: list[str] = field(default_factory=list)
+    in_use: list[str] = field(default_factory=list)
+    records_removed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _owner_pid(tag: str) -> int | None:
+    try:
+        rec = json.loads((topology.STATE_DIR / f"{tag}.json").read_text())
+        return int(rec["pid"])
+    except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError):
+        return None
+
+
+def clean(force: bool = False) -> CleanReport:
+    """Remove namespaces of dead owners. ``force`` also removes those of live owners."""
+    rep = CleanReport()
+    by_tag: dict[str, list[str]] = {}
+    for ns in topology.existing_namespaces():
+        parsed = topology.parse_ns_name(ns)
+        if parsed:
+            by_tag.setdefault(parsed[0], []).append(ns)
+    for tag, names in sorted(by_tag.items()):
+        pid = _owner_pid(tag)
+        if pid is not None and pid != os.getpid() and pid_alive(pid) and not force:
+            rep.in_use += names
+            continue
+        for ns in sorted(names):
+            errs = topology.remove_namespace(ns)
+            rep.errors += errs
+            if not errs:
+                rep.removed.append(ns)
+    if topology.STATE_DIR.is_dir():
+        for rec in topology.STATE_DIR.glob("*.json"):
+            tag = rec.stem
+            if tag in by_tag and any(ns in rep.in_use for ns in by_tag[tag]):
+                continue
+            pid = _owner_pid(tag)
+            if tag not in by_tag and pid is not None and pid_alive(pid) and not force:
+                continue  # its owner is still building it
+            rec.unlink(missing_ok=True)
+            rep.records_removed.append(rec.name)
+    return rep

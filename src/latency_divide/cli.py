@@ -1,0 +1,205 @@
+"""The ``latency-divide`` command line.
+
+Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
+add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
+status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, NamedTuple
+
+from .errors import LatencyDivideError
+
+
+def _household_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="household ID (unit_id in the data set)")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+
+
+def _household(args) -> int:
+    from .households import get_household
+
+    h = get_household(args.id)
+    if args.json:
+        print(json.dumps(h.to_dict(), indent=2))
+    else:
+        print(h.describe())
+    return 0
+
+
+def _sample_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bucket",
+        required=True,
+        help="price bucket: 0-30, 30-40, 40-50, 50+ or a range LO-HI (US $, [LO, HI)) / LO+",
+    )
+    p.add_argument("-n", type=int, required=True, help="number of households to draw")
+    p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.add_argument("--json", action="store_true", help="print the records as a JSON list")
+
+
+def _sample(args) -> int:
+    from .buckets import DEFAULT_BUCKETS, parse_bucket, sample_bucket
+    from .households import get_households
+
+    bucket = parse_bucket(args.bucket)
+    ids = sample_bucket(bucket, args.n, args.seed)
+    # price_bucket: the default bucket names, or the given range for a custom one
+    records = get_households(ids, buckets=None if bucket in DEFAULT_BUCKETS else [bucket])
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+        return 0
+    print(f"# {len(ids)} households of bucket {bucket.name} {bucket.interval()}, seed {args.seed}")
+    print(f"{'unit_id':>8}  {'price':>7}  {'down kbit/s':>11}  {'up kbit/s':>9}  {'rtt ms':>8}  technology  isp")
+    for r in records:
+        print(
+            f"{r.unit_id:>8}  {r.monthly_charge:>7.2f}  {r.download_kbps:>11}  {r.upload_kbps:>9}"
+            f"  {r.rtt_ms:>8.3f}  {r.technology:<10}  {r.isp}"
+        )
+    return 0
+
+
+def _linkplan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="household ID")
+    p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
+    p.add_argument("--delay", choices=["netem", "delayline"], default="netem",
+                   help="propagation delay mechanism (default netem)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _linkplan(args) -> int:
+    from .households import get_household
+    from .linkplan import make_linkplan
+
+    plan = make_linkplan(get_household(args.id), qfactor=args.qfactor, mechanism=args.delay)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(plan.render_shell(), end="")
+    return 0
+
+
+def _trial_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("household", help="household ID")
+    p.add_argument("--direction", required=True, choices=["uplink", "downlink"])
+    p.add_argument("--cc", required=True, choices=["cubic", "copa", "bbr", "bbr3"],
+                   help="the sender's congestion control")
+    p.add_argument("--delta", type=float, help="Copa's latency factor δ in (0, 1] (copa only; "
+                   "default 0.5)")
+    p.add_argument("--duration", type=float, default=60.0, help="transfer length in s (default 60)")
+    p.add_argument("--idle", type=float, default=5.0, help="idle ping before the transfer, s")
+    p.add_argument("--repetition", type=int, default=1, help="repetition number (default 1)")
+    p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
+    p.add_argument("--delay", choices=["auto", "netem", "delayline"], default="auto",
+                   help="propagation delay mechanism (default auto: netem if the kernel has it)")
+    p.add_argument("--tool", choices=["tquic-perf", "tperf"], default="tquic-perf")
+    p.add_argument("--tool-path", help="traffic tool binary (required for tperf)")
+    p.add_argument("--window", type=int, default=65536, help="receiver window, bytes")
+    p.add_argument("--ping-interval", type=float, default=0.2, help="ping interval, s")
+    p.add_argument("--retries", type=int, default=0, help="retries on transient failures")
+    p.add_argument("--out", required=True, help="root of the raw layout; the trial goes to "
+                   "OUT/<household>/<direction>/<variant>/rep<r>/")
+
+
+def _trial(args) -> int:
+    import signal
+
+    from .config import ToolSettings, Variant
+    from .errors import ConfigError
+    from .households import get_household
+    from .trial import TrialSpec, run_trial_with_retries
+
+    if args.cc == "copa":
+        delta = 0.5 if args.delta is None else args.delta
+        variant = Variant(name=f"copa-{delta:g}", cc="copa", delta=delta)
+    elif args.delta is not None:
+        raise ConfigError(f"--delta {args.delta} is only meaningful with --cc copa")
+    else:
+        variant = Variant(name=args.cc, cc=args.cc)
+    try:
+        spec = TrialSpec(
+            household=get_household(args.household), direction=args.direction, variant=variant,
+            repetition=args.repetition, duration_s=args.duration, idle_s=args.idle,
+            ping_interval_s=args.ping_interval, qfactor=args.qfactor, delay=args.delay,
+            tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+    def _interrupt(signum, frame):  # run `finally` blocks (teardown) on SIGTERM too
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    d = run_trial_with_retries(spec, args.out, retries=args.retries,
+                               log=lambda m: print(m, file=sys.stderr))
+    print(d)
+    return 0
+
+
+def _clean_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="also remove namespaces whose owning process is still running")
+
+
+def _clean(args) -> int:
+    from .clean import clean
+
+    rep = clean(force=args.force)
+    for ns in rep.removed:
+        print(f"removed namespace {ns}")
+    for ns in rep.in_use:
+        print(f"kept {ns}: its owner is still running (use --force to remove)")
+    for r in rep.records_removed:
+        print(f"removed stale owner record {r}")
+    if not (rep.removed or rep.in_use or rep.records_removed):
+        print("nothing to clean")
+    for e in rep.errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 1 if rep.errors else 0
+
+
+class Command(NamedTuple):
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: dict[str, Command] = {
+    "household": Command("show one household's link profile", _household_args, _household),
+    "sample": Command("draw households of a price bucket (weighted, seeded)", _sample_args, _sample),
+    "linkplan": Command("print the tc/delay commands for a household", _linkplan_args, _linkplan),
+    "trial": Command("run one trial on the local testbed (network namespaces)", _trial_args, _trial),
+    "clean": Command("remove our namespaces and processes left by a killed run", _clean_args,
+                     _clean),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="latency-divide",
+        description="Reproducible 'Tackling the latency divide with Copa' experiment.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        cmd.add_arguments(p)
+        p.set_defaults(_run=cmd.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args)
+    except LatencyDivideError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `latency-divide linkplan 1 | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

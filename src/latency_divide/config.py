@@ -1,0 +1,219 @@
+"""The run configuration: config/config.yaml checked against config/schema.yaml, then the
+semantic checks a schema cannot express. ``load_config`` is the one source of truth; the
+Snakefile calls it so that errors read the same everywhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from .buckets import Bucket, resolve_buckets, validate_buckets
+from .errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = ROOT / "config" / "schema.yaml"
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cc: str  # cubic | copa | bbr | bbr3
+    delta: float | None = None  # Copa's latency factor (copa only), in (0, 1]
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    duration_s: float
+    repetitions: int
+    idle_s: float
+    ping_interval_s: float
+    queue_interval_s: float
+    retries: int
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    name: str  # tquic-perf | tperf
+    path: str | None
+    window_bytes: int
+
+    def binary(self, root: Path = ROOT) -> Path:
+        """The tool's binary: the configured path, or our build for tquic-perf."""
+        if self.path is not None:
+            p = Path(self.path)
+            return p if p.is_absolute() else root / p
+        return root / "target" / "release" / "tquic-perf"
+
+
+@dataclass(frozen=True)
+class TestbedSettings:
+    kind: str  # local | ssh
+    delay: str  # auto | netem | delayline
+    inventory: str | None
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int
+    buckets: tuple[Bucket, ...]
+    qfactor: float
+    directions: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    trial: TrialSettings
+    tool: ToolSettings
+    testbed: TestbedSettings
+    households_by_bucket: Mapping[str, tuple[int, ...]]  # resolved: listed IDs or drawn sample
+    raw: Mapping[str, Any]  # the validated mapping as given
+
+    def household_ids(self) -> list[int]:
+        """Every household of the run, bucket by bucket in config order."""
+        return [h for ids in self.households_by_bucket.values() for h in ids]
+
+    def bucket_of_household(self, household_id: int) -> str:
+        for name, ids in self.households_by_bucket.items():
+            if household_id in ids:
+                return name
+        raise ConfigError(f"household {household_id} is not part of this run")
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise ConfigError(
+            f"unknown variant {name!r}; configured: {', '.join(v.name for v in self.variants)}"
+        )
+
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+
+@functools.lru_cache(maxsize=1)
+def load_schema() -> dict:
+    with open(SCHEMA_PATH) as f:
+        return yaml.safe_load(f)
+
+
+def _where(path) -> str:
+    parts = []
+    for p in path:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "(top level)"
+
+
+def _schema_error(err: jsonschema.ValidationError) -> ConfigError:
+    # Report the most specific error of a oneOf/anyOf.
+    best = jsonschema.exceptions.best_match([err])
+    where = _where(best.absolute_path)
+    v = best.validator
+    if v == "additionalProperties":
+        allowed = sorted(best.schema.get("properties", {}))
+        extra = sorted(set(best.instance) - set(allowed))
+        keys = ", ".join(f"{where}.{k}" if best.absolute_path else k for k in extra)
+        return ConfigError(f"config: unknown key {keys} (allowed here: {', '.join(allowed)})")
+    if v == "required":
+        return ConfigError(f"config: {where}: {best.message}")
+    if v == "oneOf" and isinstance(best.instance, dict):
+        return ConfigError(
+            f"config: {where}: give exactly one of 'ids' or 'sample' (got {sorted(best.instance)})"
+        )
+    return ConfigError(f"config: {where} = {best.instance!r}: {best.message}")
+
+
+def _validate_schema(data: Any) -> None:
+    schema = load_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    errors = sorted(cls(schema).iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise _schema_error(errors[0])
+
+
+def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None = None) -> Config:
+    """Read (path) or take (mapping) a config, validate it, resolve the households.
+
+    ``data`` overrides the household data set (tests). Raises ConfigError naming the key
+    and value at fault.
+    """
+    if isinstance(source, Mapping):
+        raw = copy.deepcopy(dict(source))
+    else:
+        path = Path(source)
+        try:
+            with open(path) as f:
+                raw = yaml.safe_load(f)
+        except FileNotFoundError as e:
+            raise ConfigError(f"config file not found: {path}") from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config must be a mapping of keys, not {type(raw).__name__}")
+    _validate_schema(raw)
+
+    hh = raw["households"]
+    buckets = tuple(
+        Bucket(
+            name=b["name"],
+            min_usd=float(b["min"]),
+            max_usd=None if b["max"] is None else float(b["max"]),
+            ids=tuple(b["ids"]) if "ids" in b else None,
+            sample=b.get("sample"),
+        )
+        for b in hh["buckets"]
+    )
+    validate_buckets(buckets)
+    by_bucket = resolve_buckets(buckets, hh["seed"], data)
+
+    variants = []
+    names: set[str] = set()
+    for i, v in enumerate(raw["variants"]):
+        key = f"variants[{i}]"
+        if v["name"] in names:
+            raise ConfigError(f"config: {key}.name = {v['name']!r}: variant name repeated")
+        names.add(v["name"])
+        if v["cc"] == "copa":
+            if "delta" not in v:
+                raise ConfigError(f"config: {key} ({v['name']!r}): copa needs 'delta' in (0, 1]")
+        elif "delta" in v:
+            raise ConfigError(
+                f"config: {key}.delta = {v['delta']!r}: delta applies to cc copa only, not {v['cc']!r}"
+            )
+        variants.append(Variant(v["name"], v["cc"], float(v["delta"]) if "delta" in v else None))
+
+    tool = ToolSettings(**raw["tool"])
+    if tool.name == "tperf" and tool.path is None:
+        raise ConfigError("config: tool.path = None: the path of mvfst's tperf binary is required for tool.name tperf")
+    testbed = TestbedSettings(**raw["testbed"])
+    if testbed.kind == "ssh" and testbed.inventory is None:
+        raise ConfigError("config: testbed.inventory = None: an SSH inventory is required for testbed.kind ssh")
+
+    t = raw["trial"]
+    trial = TrialSettings(
+        duration_s=float(t["duration_s"]),
+        repetitions=t["repetitions"],
+        idle_s=float(t["idle_s"]),
+        ping_interval_s=float(t["ping_interval_s"]),
+        queue_interval_s=float(t["queue_interval_s"]),
+        retries=t["retries"],
+    )
+    return Config(
+        seed=hh["seed"],
+        buckets=buckets,
+        qfactor=float(raw["qfactor"]),
+        directions=tuple(raw["directions"]),
+        variants=tuple(variants),
+        trial=trial,
+        tool=tool,
+        testbed=testbed,
+        households_by_bucket={k: tuple(v) for k, v in by_bucket.items()},
+        raw=raw,
+    )

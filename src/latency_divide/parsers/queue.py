@@ -1,0 +1,86 @@
+"""Parser for queue samples (queue.jsonl): one JSON object per line,
+``{"t_unix": float, "dev": str, "qdisc": <tc -s -j qdisc show dev DEV>}``.
+
+One row per sample of the bottleneck FIFO (the qdisc of kind ``bfifo``, or ``kind`` given):
+``t_unix``, ``backlog_bytes``, ``backlog_pkts`` (tc's "qlen"), ``drops_total`` (tc's running
+counter) and ``drops`` (drops during the interval ending at this sample; 0 for the first).
+
+Counter resets: when the running counter goes down (the qdisc was deleted and re-created, so its
+counters restart from 0), the interval's drops are the new counter value, never negative.
+
+A last line that is not valid JSON and has no trailing newline (cut mid-write) is ignored; an
+invalid line anywhere else is an error naming the line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from ..errors import LatencyDivideError
+
+COLUMNS = ("t_unix", "backlog_bytes", "backlog_pkts", "drops_total", "drops")
+
+
+class QueueParseError(LatencyDivideError):
+    """A queue.jsonl line is not a queue sample."""
+
+
+def _fifo(qdiscs: list, kind: str, lineno: int) -> dict | None:
+    found = [q for q in qdiscs if isinstance(q, dict) and q.get("kind") == kind]
+    if len(found) > 1:
+        handles = ", ".join(str(q.get("handle")) for q in found)
+        raise QueueParseError(f"line {lineno}: {len(found)} qdiscs of kind {kind!r} ({handles}); "
+                              "expected one bottleneck FIFO")
+    return found[0] if found else None
+
+
+def drops_per_interval(totals: np.ndarray) -> np.ndarray:
+    """Per-interval drops from running totals; first 0; after a reset, the new total."""
+    totals = np.asarray(totals, dtype="int64")
+    out = np.zeros(len(totals), dtype="int64")
+    if len(totals) > 1:
+        d = np.diff(totals)
+        out[1:] = np.where(d < 0, totals[1:], d)
+    return out
+
+
+def parse_queue(text: str, kind: str = "bfifo") -> pd.DataFrame:
+    """Rows (t_unix, backlog_bytes, backlog_pkts, drops_total, drops) from queue.jsonl text.
+
+    A sample in which the FIFO is missing (e.g. taken while the qdisc was being replaced) is
+    skipped; the next sample's drops then cover both intervals.
+    """
+    lines = text.split("\n")
+    ts, backlog, qlen, drops = [], [], [], []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines):  # last line without newline: cut mid-write
+                continue
+            raise QueueParseError(f"line {i}: not JSON ({e.msg})") from None
+        if not isinstance(rec, dict) or "t_unix" not in rec or not isinstance(rec.get("qdisc"), list):
+            raise QueueParseError(f"line {i}: expected an object with 't_unix' and a 'qdisc' list")
+        q = _fifo(rec["qdisc"], kind, i)
+        if q is None:
+            continue
+        ts.append(float(rec["t_unix"]))
+        backlog.append(int(q.get("backlog", 0)))
+        qlen.append(int(q.get("qlen", 0)))
+        drops.append(int(q.get("drops", 0)))
+    totals = np.array(drops, dtype="int64")
+    return pd.DataFrame(
+        {
+            "t_unix": np.array(ts, dtype="float64"),
+            "backlog_bytes": np.array(backlog, dtype="int64"),
+            "backlog_pkts": np.array(qlen, dtype="int64"),
+            "drops_total": totals,
+            "drops": drops_per_interval(totals),
+        },
+        columns=list(COLUMNS),
+    )

@@ -1,0 +1,214 @@
+"""Figure provenance: a sidecar ``<figure>.provenance.json`` next to every figure, and
+``latency-divide trace FIGURE`` to print it and verify it against the files on disk.
+
+Sidecar (format_version 1)::
+
+    {"format_version": 1, "figure": "results/figures/delay_tput.pdf",
+     "outputs": {"results/figures/delay_tput.pdf": "<sha256>", ...},
+     "created_at": "...Z", "git_revision": "<sha>[-dirty]" | null, "config_hash": "<sha256>",
+     "tables": {"results/tables/trials.parquet": "<sha256>", ...},
+     "households": {"<price_bucket>": [<household_id>, ...], ...},
+     "trials": [{"path": "...", "household_id": ..., "price_bucket": ..., "direction": ...,
+                 "variant": ..., "repetition": ..., "files": {"meta.json": "<sha256>", ...}}]}
+
+Paths are stored as given (relative to the working directory of the workflow, i.e. the
+repository root); ``trace`` resolves relative paths against ``--root`` (default: the current
+directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from .errors import LatencyDivideError
+
+SIDECAR_FORMAT_VERSION = 1
+SIDECAR_SUFFIX = ".provenance.json"
+
+
+def sha256_file(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_dir(path: Path | str) -> dict[str, str]:
+    """sha256 of every regular file under ``path`` (relative POSIX names, sorted)."""
+    root = Path(path)
+    out = {}
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        out[f.relative_to(root).as_posix()] = sha256_file(f)
+    return out
+
+
+def config_hash(config: dict | None) -> str:
+    """sha256 of the config as canonical JSON (sorted keys, no whitespace)."""
+    text = json.dumps(config or {}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def git_revision(cwd: Path | str | None = None) -> str | None:
+    """HEAD's commit, with ``-dirty`` when tracked files differ; None outside a git checkout."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=10)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def sidecar_path(figure: Path | str) -> Path:
+    f = Path(figure)
+    return f.with_name(f.stem + SIDECAR_SUFFIX)
+
+
+def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.DataFrame,
+                  tables: Iterable[Path | str] = (), config: dict | None = None,
+                  git_rev: str | None = None) -> dict:
+    """The provenance record of a figure drawn from the trials in ``trials`` (rows of the
+    trials table: household_id, price_bucket, direction, variant, repetition, trial_path)."""
+    hh: dict[str, list[int]] = {}
+    for bucket, g in trials.groupby("price_bucket", sort=True, observed=True):
+        hh[str(bucket)] = sorted({int(x) for x in g["household_id"]})
+    recs = []
+    cols = ["trial_path", "household_id", "price_bucket", "direction", "variant", "repetition"]
+    for r in trials[cols].sort_values("trial_path").itertuples(index=False):
+        recs.append({"path": r.trial_path, "household_id": int(r.household_id),
+                     "price_bucket": str(r.price_bucket), "direction": r.direction,
+                     "variant": r.variant, "repetition": int(r.repetition),
+                     "files": hash_dir(r.trial_path)})
+    return {
+        "format_version": SIDECAR_FORMAT_VERSION,
+        "figure": str(figure),
+        "outputs": {str(p): sha256_file(p) for p in outputs},
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "git_revision": git_rev if git_rev is not None else git_revision(),
+        "config_hash": config_hash(config),
+        "tables": {str(p): sha256_file(p) for p in tables},
+        "households": hh,
+        "trials": recs,
+    }
+
+
+def write_sidecar(record: dict, path: Path | str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.ld-tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# trace
+
+
+@dataclass
+class TraceResult:
+    record: dict
+    sidecar: Path
+    mismatches: list[str] = field(default_factory=list)  # "path: expected X, found Y|missing"
+    checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def load_sidecar(figure: Path | str) -> tuple[dict, Path]:
+    """The sidecar of ``figure`` (the figure itself or its .provenance.json)."""
+    f = Path(figure)
+    side = f if f.name.endswith(SIDECAR_SUFFIX) else sidecar_path(f)
+    if not side.is_file():
+        raise LatencyDivideError(f"no provenance sidecar for {figure}: {side} does not exist")
+    try:
+        rec = json.loads(side.read_text())
+    except json.JSONDecodeError as e:
+        raise LatencyDivideError(f"{side}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(rec, dict) or rec.get("format_version") != SIDECAR_FORMAT_VERSION:
+        raise LatencyDivideError(f"{side}: not a provenance sidecar of format_version "
+                                 f"{SIDECAR_FORMAT_VERSION}")
+    return rec, side
+
+
+def verify(figure: Path | str, root: Path | str = ".") -> TraceResult:
+    """Check every hash in the sidecar against the files on disk."""
+    rec, side = load_sidecar(figure)
+    root = Path(root)
+    res = TraceResult(rec, side)
+
+    def check(rel: str, expected: str) -> None:
+        p = Path(rel)
+        p = p if p.is_absolute() else root / p
+        res.checked += 1
+        if not p.is_file():
+            res.mismatches.append(f"{rel}: missing (expected sha256 {expected[:12]})")
+            return
+        got = sha256_file(p)
+        if got != expected:
+            res.mismatches.append(f"{rel}: sha256 {got[:12]} differs from recorded {expected[:12]}")
+
+    for p, h in (rec.get("outputs") or {}).items():
+        check(p, h)
+    for p, h in (rec.get("tables") or {}).items():
+        check(p, h)
+    for t in rec.get("trials") or []:
+        base = Path(t["path"])
+        for name, h in t["files"].items():
+            check((base / name).as_posix(), h)
+        d = base if base.is_absolute() else root / base
+        if d.is_dir():
+            extra = sorted(set(hash_names(d)) - set(t["files"]))
+            for name in extra:
+                res.mismatches.append(f"{(base / name).as_posix()}: not in the recorded trial")
+    return res
+
+
+def hash_names(path: Path) -> list[str]:
+    return [f.relative_to(path).as_posix() for f in path.rglob("*") if f.is_file()]
+
+
+def format_trace(res: TraceResult) -> str:
+    """A readable report of a sidecar and its verification."""
+    rec = res.record
+    out = [
+        f"figure:       {rec.get('figure')}",
+        f"sidecar:      {res.sidecar}",
+        f"created:      {rec.get('created_at')}",
+        f"git revision: {rec.get('git_revision') or 'unknown'}",
+        f"config hash:  {rec.get('config_hash')}",
+    ]
+    for p, h in (rec.get("outputs") or {}).items():
+        out.append(f"output:       {p}  sha256 {h[:16]}")
+    for p, h in (rec.get("tables") or {}).items():
+        out.append(f"table:        {p}  sha256 {h[:16]}")
+    hh = rec.get("households") or {}
+    out.append(f"households:   {sum(len(v) for v in hh.values())} in {len(hh)} price bucket(s)")
+    for bucket, ids in hh.items():
+        out.append(f"  {bucket:>8}: {', '.join(str(i) for i in ids)}")
+    trials = rec.get("trials") or []
+    out.append(f"trials:       {len(trials)}")
+    for t in trials:
+        out.append(f"  {t['path']}  (household {t['household_id']}, {t['direction']}, "
+                   f"{t['variant']}, rep {t['repetition']})")
+        for name, h in t["files"].items():
+            out.append(f"      {name:<16} {h[:16]}")
+    if res.ok:
+        out.append(f"verified:     OK, {res.checked} file hashes match the files on disk")
+    else:
+        out.append(f"verified:     {len(res.mismatches)} MISMATCH(ES) among {res.checked} files:")
+        out.extend(f"  MISMATCH {m}" for m in res.mismatches)
+    return "\n".join(out)

@@ -1,0 +1,332 @@
+"""The paper's four-node line topology, built from network namespaces on this host.
+
+    server (10.10.1.1) --- gateway --- delay --- client (10.10.2.2)
+
+- server: ``ld-<tag>-srv``, interface ``ld-s0`` 10.10.1.1/24, default route via the gateway.
+- gateway: ``ld-<tag>-gw``, ``ld-gs`` 10.10.1.254/24 toward the server (uplink egress),
+  ``ld-gc`` 10.10.2.254/24 toward the client (downlink egress); forwards IPv4.
+- delay: ``ld-<tag>-dly``, a layer-2 hop between ``ld-dg`` (gateway side) and ``ld-dc``
+  (client side): a Linux bridge with netem on both ports where the kernel has netem, or our
+  userspace delay line (AF_PACKET) bridging the two ports where it does not.
+- client: ``ld-<tag>-cli``, ``ld-c0`` 10.10.2.2/24, default route via the gateway.
+
+Every name carries :data:`latency_divide.PREFIX` and a per-topology tag, so concurrent
+topologies never collide and :mod:`latency_divide.clean` finds exactly our leftovers. An
+owner record (``/run/latency-divide/<tag>.json``) is written *before* anything is created, so
+a topology whose owning process died can be told apart from one still in use.
+
+Building commands is separate from running them: ``setup_commands()`` returns (node, argv)
+pairs that can be printed and tested; ``Topology.up()`` runs them through runners.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import PREFIX
+from .errors import CommandError, EnvironmentError_, LatencyDivideError
+from .runners import LocalRunner, Process, pid_alive
+
+#: Owner records of live topologies (one JSON file per tag).
+STATE_DIR = Path(os.environ.get("LATENCY_DIVIDE_STATE_DIR", "/run/latency-divide"))
+
+ROLES = ("srv", "gw", "dly", "cli")
+SERVER_ADDR = "10.10.1.1"
+CLIENT_ADDR = "10.10.2.2"
+GW_SERVER_SIDE_ADDR = "10.10.1.254"
+GW_CLIENT_SIDE_ADDR = "10.10.2.254"
+PREFIXLEN = 24
+
+#: (node, ifname) of each veth end; pairs connect adjacent nodes.
+LINKS = (
+    (("srv", "ld-s0"), ("gw", "ld-gs")),
+    (("gw", "ld-gc"), ("dly", "ld-dg")),
+    (("dly", "ld-dc"), ("cli", "ld-c0")),
+)
+#: The gateway's egress interface per direction (where the bottleneck queue lives).
+GATEWAY_EGRESS = {"uplink": "ld-gs", "downlink": "ld-gc"}
+DELAY_PORTS = ("ld-dg", "ld-dc")
+BRIDGE = "ld-br0"
+OFFLOAD_ARGS = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+
+
+def new_tag() -> str:
+    """Six hex digits: namespace names stay short (``ld-1a2b3c-srv``)."""
+    return secrets.token_hex(3)
+
+
+def ns_name(tag: str, role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+    return f"{PREFIX}{tag}-{role}"
+
+
+def parse_ns_name(name: str) -> tuple[str, str] | None:
+    """``ld-1a2b3c-srv`` -> ("1a2b3c", "srv"); None for names that are not ours."""
+    if not name.startswith(PREFIX):
+        return None
+    rest = name[len(PREFIX):]
+    tag, sep, role = rest.rpartition("-")
+    if not sep or role not in ROLES or not tag or not all(c in "0123456789abcdef" for c in tag):
+        return None
+    return tag, role
+
+
+# --------------------------------------------------------------------------------------------
+# command building (pure)
+# --------------------------------------------------------------------------------------------
+
+def setup_commands(tag: str, delay_mechanism: str) -> list[tuple[str | None, list[str]]]:
+    """(node, argv) in order; node None means the host (root namespace)."""
+    if delay_mechanism not in ("netem", "delayline"):
+        raise ValueError(f"delay mechanism {delay_mechanism!r}: use netem or delayline")
+    cmds: list[tuple[str | None, list[str]]] = []
+    for role in ROLES:
+        cmds.append((None, ["ip", "netns", "add", ns_name(tag, role)]))
+    for (na, ia), (nb, ib) in LINKS:
+        cmds.append((na, ["ip", "link", "add", ia, "type", "veth", "peer", "name", ib,
+                          "netns", ns_name(tag, nb)]))
+    addrs = {
+        ("srv", "ld-s0"): SERVER_ADDR,
+        ("gw", "ld-gs"): GW_SERVER_SIDE_ADDR,
+        ("gw", "ld-gc"): GW_CLIENT_SIDE_ADDR,
+        ("cli", "ld-c0"): CLIENT_ADDR,
+    }
+    for pair in LINKS:
+        for node, ifname in pair:
+            # Offloads off everywhere: the delay line sees wire-size frames, and htb/bfifo see
+            # the packets the paper's NICs would put on the wire (no 64 KB GSO super-packets).
+            cmds.append((node, ["ethtool", "-K", ifname, *OFFLOAD_ARGS]))
+            if (node, ifname) in addrs:
+                cmds.append((node, ["ip", "addr", "add", f"{addrs[(node, ifname)]}/{PREFIXLEN}",
+                                    "dev", ifname]))
+            cmds.append((node, ["ip", "link", "set", ifname, "up"]))
+    for role in ROLES:
+        cmds.append((role, ["ip", "link", "set", "lo", "up"]))
+    cmds.append(("gw", ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]))
+    cmds.append(("srv", ["ip", "route", "add", "default", "via", GW_SERVER_SIDE_ADDR]))
+    cmds.append(("cli", ["ip", "route", "add", "default", "via", GW_CLIENT_SIDE_ADDR]))
+    if delay_mechanism == "netem":
+        cmds.append(("dly", ["ip", "link", "add", BRIDGE, "type", "bridge"]))
+        for port in DELAY_PORTS:
+            cmds.append(("dly", ["ip", "link", "set", port, "master", BRIDGE]))
+        cmds.append(("dly", ["ip", "link", "set", BRIDGE, "up"]))
+    return cmds
+
+
+def link_commands(plan, direction_devs: dict[str, str] | None = None) -> list[tuple[str, list[str]]]:
+    """The household's link plan on this topology: htb+bfifo on the gateway per direction,
+    netem on both delay ports (the delay line is a process, started by :meth:`Topology.up`)."""
+    devs = direction_devs or GATEWAY_EGRESS
+    cmds: list[tuple[str, list[str]]] = []
+    for direction in ("uplink", "downlink"):
+        for argv in plan.shaper(direction).commands(devs[direction]):
+            cmds.append(("gw", argv))
+    if plan.delay.mechanism == "netem":
+        for port in DELAY_PORTS:
+            for argv in plan.delay.commands(port):
+                cmds.append(("dly", argv))
+    return cmds
+
+
+# --------------------------------------------------------------------------------------------
+# probing
+# --------------------------------------------------------------------------------------------
+
+_NETEM_PROBE: bool | None = None
+
+
+def netem_available() -> bool:
+    """Ask the kernel once: add a netem qdisc to a veth in a throwaway namespace of ours."""
+    global _NETEM_PROBE
+    if _NETEM_PROBE is None:
+        host = LocalRunner()
+        ns = f"{PREFIX}{new_tag()}-gw"  # a role name, so `clean` recognises a leftover probe
+        try:
+            host.run(["ip", "netns", "add", ns])
+            r = LocalRunner(ns)
+            r.run(["ip", "link", "add", "ld-p0", "type", "veth", "peer", "name", "ld-p1"])
+            res = r.run(["tc", "qdisc", "add", "dev", "ld-p0", "root", "netem", "delay", "1ms"],
+                        check=False)
+            _NETEM_PROBE = res.returncode == 0
+        finally:
+            host.run(["ip", "netns", "del", ns], check=False)
+    return _NETEM_PROBE
+
+
+def resolve_delay_mechanism(choice: str) -> str:
+    """``auto`` -> netem when the kernel has it, else the userspace delay line."""
+    if choice == "auto":
+        return "netem" if netem_available() else "delayline"
+    if choice == "netem" and not netem_available():
+        raise EnvironmentError_(
+            "testbed.delay is 'netem' but this kernel has no netem qdisc (sch_netem); "
+            "use delay: auto or delay: delayline (our userspace delay line)"
+        )
+    if choice not in ("netem", "delayline"):
+        raise ValueError(f"delay mechanism {choice!r}: use auto, netem or delayline")
+    return choice
+
+
+# --------------------------------------------------------------------------------------------
+# the live topology
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Topology:
+    """A live four-namespace topology. Use as a context manager: torn down in ``finally``."""
+
+    plan: object  # latency_divide.linkplan.LinkPlan
+    delayline_bin: str | None = None
+    tag: str = field(default_factory=new_tag)
+    log_dir: Path | None = None
+    processes: list[Process] = field(default_factory=list)
+    setup_s: float = 0.0
+    teardown_s: float = 0.0
+    _up: bool = False
+    _delayline: Process | None = None
+
+    @property
+    def mechanism(self) -> str:
+        return self.plan.delay.mechanism
+
+    def ns(self, role: str) -> str:
+        return ns_name(self.tag, role)
+
+    def runner(self, role: str) -> LocalRunner:
+        return LocalRunner(self.ns(role))
+
+    @property
+    def owner_file(self) -> Path:
+        return STATE_DIR / f"{self.tag}.json"
+
+    def _write_owner(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        rec = {"tag": self.tag, "pid": os.getpid(), "namespaces": [self.ns(r) for r in ROLES],
+               "created_unix": time.time()}
+        tmp = self.owner_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec))
+        tmp.replace(self.owner_file)
+
+    def up(self) -> "Topology":
+        t0 = time.monotonic()
+        self._write_owner()
+        self._up = True
+        host = LocalRunner()
+        for node, argv in setup_commands(self.tag, self.mechanism) + link_commands(self.plan):
+            (host if node is None else self.runner(node)).run(argv)
+        if self.mechanism == "delayline":
+            self._start_delayline()
+        self.setup_s = time.monotonic() - t0
+        return self
+
+    def _start_delayline(self) -> None:
+        if not self.delayline_bin:
+            raise EnvironmentError_("the delay line binary was not given (build it: scripts/setup.sh)")
+        argv = self.plan.delay.delayline_argv(DELAY_PORTS[0], DELAY_PORTS[1], self.delayline_bin)
+        log = (self.log_dir / "delayline.log") if self.log_dir else None
+        proc = self.runner("dly").start(argv, stderr=log, stdout=log)
+        self._delayline = proc
+        self.processes.append(proc)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                text = log.read_text(errors="replace") if log and log.exists() else ""
+                raise LatencyDivideError(f"delay line exited at start (code {proc.poll()}): "
+                                         f"{text.strip()[-400:]}")
+            if log is None or "delayline ready" in log.read_text(errors="replace"):
+                if log is None:
+                    time.sleep(0.3)
+                return
+            time.sleep(0.02)
+        raise LatencyDivideError("delay line did not report 'delayline ready' within 5 s")
+
+    def stop_delayline(self) -> int | None:
+        if self._delayline is None:
+            return None
+        rc = self._delayline.stop(timeout=5)
+        self._delayline = None
+        return rc
+
+    def qdisc_dump(self) -> dict[str, object]:
+        """``tc -s -j qdisc show`` of the gateway and delay nodes (for meta.json)."""
+        out = {}
+        for role in ("gw", "dly"):
+            res = self.runner(role).run(["tc", "-s", "-j", "qdisc", "show"], check=False)
+            try:
+                out[role] = json.loads(res.stdout) if res.returncode == 0 else res.stderr
+            except json.JSONDecodeError:
+                out[role] = res.stdout
+        return out
+
+    def down(self) -> None:
+        """Stop our processes (by PID), kill anything left in our namespaces (by the PIDs
+        ``ip netns pids`` lists for them), delete the namespaces (the veths go with them)."""
+        t0 = time.monotonic()
+        errors = []
+        for proc in reversed(self.processes):
+            try:
+                proc.stop(timeout=3)
+            except Exception as e:  # keep tearing down; report at the end
+                errors.append(str(e))
+        self.processes.clear()
+        self._delayline = None
+        for role in ROLES:
+            errors += remove_namespace(self.ns(role))
+        try:
+            self.owner_file.unlink()
+        except FileNotFoundError:
+            pass
+        self._up = False
+        self.teardown_s = time.monotonic() - t0
+        if errors:
+            raise LatencyDivideError("teardown: " + "; ".join(errors))
+
+    def __enter__(self) -> "Topology":
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+
+def existing_namespaces() -> list[str]:
+    res = LocalRunner().run(["ip", "-j", "netns", "list"], check=False)
+    if res.returncode != 0 or not res.stdout.strip():
+        return []
+    return [e["name"] for e in json.loads(res.stdout)]
+
+
+def remove_namespace(ns: str) -> list[str]:
+    """Kill the processes inside ``ns`` (exact PIDs) and delete it; idempotent."""
+    host = LocalRunner()
+    if ns not in existing_namespaces():
+        return []
+    errors = []
+    res = host.run(["ip", "netns", "pids", ns], check=False)
+    pids = [int(p) for p in res.stdout.split() if p.isdigit()]
+    for sig in (15, 9):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 2
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = [p for p in pids if pid_alive(p)]
+        if not pids:
+            break
+    try:
+        host.run(["ip", "netns", "del", ns])
+    except CommandError as e:
+        errors.append(str(e))
+    return errors

@@ -1,0 +1,440 @@
+"""One trial: (household, direction, variant, repetition) on a fresh topology.
+
+Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
+``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
+idle baseline, runs the receiver for the configured duration, stops everything by PID and
+collects; the trial directory is built in a temporary directory beside its final place and
+renamed only when complete (see /docs in README: "Raw data").
+
+Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
+server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import FORMAT_VERSION, PREFIX, __version__, topology
+from .errors import CommandError, EnvironmentError_, LatencyDivideError, TrialError
+from .config import ToolSettings, Variant
+from .runners import LocalRunner
+
+DIRECTIONS = ("uplink", "downlink")
+CCS = ("cubic", "copa", "bbr", "bbr3")
+TOOLS = ("tquic-perf", "tperf")
+PORT = 5550  # the paper's first tperf port; each trial has its own namespaces
+TPERF_HELP = (
+    "mvfst's tperf is not packaged anywhere: build mvfst with tests on "
+    "(git clone https://github.com/facebook/mvfst && cd mvfst && ./build_helper.sh); the binary "
+    "ends up at _build/build/quic/tools/tperf/tperf. Give its path as tool.path in the config "
+    "or --tool-path."
+)
+
+
+def repo_root() -> Path:
+    env = os.environ.get("LATENCY_DIVIDE_ROOT")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "Cargo.toml").exists() else Path.cwd()
+
+
+@dataclass
+class TrialSpec:
+    household: object  # latency_divide.households.Household
+    direction: str
+    variant: Variant
+    repetition: int = 1
+    duration_s: float = 60.0
+    idle_s: float = 5.0
+    tail_s: float = 1.0
+    ping_interval_s: float = 0.2
+    queue_interval_s: float = 0.1
+    qfactor: float = 2.0
+    tool: ToolSettings = field(
+        default_factory=lambda: ToolSettings(name="tquic-perf", path=None, window_bytes=65536))
+    delay: str = "auto"
+    config_hash: str | None = None
+    concurrency_hint: int | None = None
+
+    def __post_init__(self):
+        v = self.variant
+        if v.cc not in CCS:
+            raise ValueError(f"cc {v.cc!r} is not one of {', '.join(CCS)}")
+        if v.delta is not None and not (0 < v.delta <= 1):
+            raise ValueError(f"delta {v.delta} is outside (0, 1]")
+        if v.delta is not None and v.cc != "copa":
+            raise ValueError(f"delta is only meaningful for copa, not {v.cc!r}")
+        if self.tool.name not in TOOLS:
+            raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction {self.direction!r} is not one of uplink, downlink")
+        for key in ("duration_s", "ping_interval_s", "queue_interval_s", "qfactor"):
+            v = getattr(self, key)
+            if not v > 0:
+                raise ValueError(f"{key} must be > 0, got {v}")
+        if self.idle_s < 0 or self.repetition < 1:
+            raise ValueError(f"idle_s must be >= 0 and repetition >= 1, got {self.idle_s}, "
+                             f"{self.repetition}")
+
+    @property
+    def trial_id(self) -> str:
+        return (f"{self.household.unit_id}/{self.direction}/{self.variant.name}/"
+                f"rep{self.repetition}")
+
+
+def trial_dir(root: Path, spec: TrialSpec) -> Path:
+    return Path(root) / spec.trial_id
+
+
+# --------------------------------------------------------------------------------------------
+# command building (pure)
+# --------------------------------------------------------------------------------------------
+
+def endpoints(direction: str) -> dict[str, str]:
+    """Which node sends and which receives, and the sender's address."""
+    if direction == "downlink":
+        return {"sender": "srv", "receiver": "cli", "sender_addr": topology.SERVER_ADDR}
+    return {"sender": "cli", "receiver": "srv", "sender_addr": topology.CLIENT_ADDR}
+
+
+def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None) -> list[str]:
+    ep = endpoints(spec.direction)
+    argv = [binary, "-mode", "server", "-host", ep["sender_addr"], "-port", str(PORT),
+            "-congestion", spec.variant.cc]
+    if spec.variant.cc == "copa":
+        argv += ["-latency_factor", repr(float(spec.variant.delta if spec.variant.delta
+                                               is not None else 0.5))]
+    if spec.tool.name == "tquic-perf":
+        argv += ["-once"]
+        if json_path:
+            argv += ["-json", json_path]
+    return argv
+
+
+def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None) -> list[str]:
+    ep = endpoints(spec.direction)
+    dur = spec.duration_s
+    argv = [binary, "-mode", "client", "-host", ep["sender_addr"], "-port", str(PORT),
+            "-duration", str(int(dur)) if float(dur).is_integer() else repr(dur),
+            "-window", str(spec.tool.window_bytes)]
+    if spec.tool.name == "tquic-perf" and json_path:
+        argv += ["-json", json_path]
+    return argv
+
+
+def ping_argv(interval_s: float, target: str = topology.SERVER_ADDR) -> list[str]:
+    return ["ping", "-D", "-O", "-n", "-i", f"{interval_s:g}", target]
+
+
+def qsampler_argv(dev: str, interval_s: float, out: str) -> list[str]:
+    return [sys.executable, "-m", "latency_divide.qsampler", "--dev", dev,
+            "--interval", f"{interval_s:g}", "--out", out]
+
+
+# --------------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------------
+
+REQUIRED_PROGRAMS = {"ip": "iproute2", "tc": "iproute2", "ss": "iproute2",
+                     "ping": "iputils-ping", "ethtool": "ethtool", "sysctl": "procps"}
+
+
+def check_environment(spec: TrialSpec) -> dict:
+    """Fail before anything starts; return what was found (for meta.json)."""
+    if os.geteuid() != 0:
+        raise EnvironmentError_("trials need root (network namespaces, tc): run as root or with "
+                                "sudo")
+    missing = [f"{p} (Debian package {pkg})" for p, pkg in REQUIRED_PROGRAMS.items()
+               if shutil.which(p) is None]
+    if missing:
+        raise EnvironmentError_("missing programs: " + ", ".join(missing) +
+                                "; run scripts/setup.sh or apt-get install them")
+    if spec.tool.name == "tperf" and not spec.tool.path:
+        raise EnvironmentError_("tool 'tperf' needs a path to the binary. " + TPERF_HELP)
+    binary = spec.tool.binary(repo_root())
+    if not binary.exists():
+        if spec.tool.name == "tperf":
+            raise EnvironmentError_(f"tperf binary not found at {binary}. " + TPERF_HELP)
+        raise EnvironmentError_(f"traffic tool not found at {binary}: build it with "
+                                "scripts/setup.sh (cargo build --release -p tquic-perf)")
+    mechanism = topology.resolve_delay_mechanism(spec.delay)
+    delayline = None
+    if mechanism == "delayline":
+        delayline = repo_root() / "target" / "release" / "delayline"
+        if not delayline.exists():
+            raise EnvironmentError_(f"this kernel has no netem and the delay line is not built "
+                                    f"({delayline}): run scripts/setup.sh")
+    return {"binary": str(binary), "mechanism": mechanism,
+            "delayline": str(delayline) if delayline else None}
+
+
+# --------------------------------------------------------------------------------------------
+# metadata
+# --------------------------------------------------------------------------------------------
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_revision() -> str | None:
+    try:
+        rev = subprocess.run(["git", "-C", str(repo_root()), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(repo_root()), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+        return rev.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def tool_version(spec: TrialSpec, binary: Path) -> str | None:
+    if spec.tool.name != "tquic-perf":
+        return None  # tperf has no version flag; the binary's sha256 identifies it
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                             timeout=5)
+        return (out.stdout or out.stderr).strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def live_topologies() -> int:
+    d = topology.STATE_DIR
+    return len(list(d.glob("*.json"))) if d.is_dir() else 0
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def host_info() -> dict:
+    return {"kernel": platform.release(), "hostname": socket.gethostname(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "loadavg": list(os.getloadavg())}
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------------------------
+# running
+# --------------------------------------------------------------------------------------------
+
+def _wait_udp_listen(runner: LocalRunner, port: int, proc, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise TrialError(f"the sender exited at start (code {proc.poll()})")
+        res = runner.run(["ss", "-H", "-u", "-l", "-n", "sport", "=", f":{port}"], check=False)
+        if res.stdout.strip():
+            return
+        time.sleep(0.02)
+    raise TrialError(f"the sender did not listen on UDP port {port} within {timeout} s")
+
+
+def _complete(text: str) -> bool:
+    try:
+        from .parsers.tool import parse_tool_log
+    except ImportError:  # parser not installed yet: fall back to the summary line
+        return "Overall throughput:" in text
+    return parse_tool_log(text).complete
+
+
+def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1,
+              progress=None) -> Path:
+    """Run one trial; return its (complete) directory under ``out_root``."""
+    found = check_environment(spec)
+    final = trial_dir(out_root, spec)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}tmp-rep{spec.repetition}-", dir=final.parent))
+    try:
+        meta = _run_in(spec, tmp, found, attempt)
+        write_json_atomic(tmp / "meta.json", meta)
+        if final.exists():
+            if any(final.iterdir()):
+                raise TrialError(f"{final} exists and is not empty: refusing to overwrite a trial")
+            final.rmdir()
+        os.rename(tmp, final)
+        return final
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int) -> dict:
+    from .linkplan import make_linkplan
+
+    plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
+    binary = found["binary"]
+    ep = endpoints(spec.direction)
+    concurrency = spec.concurrency_hint or live_topologies() + 1
+    started_at = utc_now()
+    host_before = host_info()
+    snd_json = str(d / "sender.json") if spec.tool.name == "tquic-perf" else None
+    rcv_json = str(d / "receiver.json") if spec.tool.name == "tquic-perf" else None
+    s_argv = sender_argv(spec, binary, snd_json)
+    r_argv = receiver_argv(spec, binary, rcv_json)
+    p_argv = ping_argv(spec.ping_interval_s)
+    q_dev = topology.GATEWAY_EGRESS[spec.direction]
+    q_argv = qsampler_argv(q_dev, spec.queue_interval_s, str(d / "queue.jsonl"))
+    timing: dict = {"started_at": started_at}
+
+    topo = topology.Topology(plan, delayline_bin=found["delayline"], log_dir=d)
+    with topo:
+        qdisc_before = topo.qdisc_dump()
+        snd = topo.runner(ep["sender"]).start(s_argv, stdout=d / "sender.log",
+                                              stderr=d / "sender.log")
+        topo.processes.append(snd)
+        _wait_udp_listen(topo.runner(ep["sender"]), PORT, snd)
+        qs = topo.runner("gw").start(q_argv, stderr=d / "qsampler.log")
+        topo.processes.append(qs)
+        ping = topo.runner("cli").start(p_argv, stdout=d / "ping.log", stderr=d / "ping.err")
+        topo.processes.append(ping)
+        time.sleep(spec.idle_s)
+        timing["transfer_started_unix"] = time.time()
+        rcv = topo.runner(ep["receiver"]).start(r_argv, stdout=d / "receiver.log",
+                                                stderr=d / "receiver.log")
+        topo.processes.append(rcv)
+        limit = spec.duration_s + 20.0
+        try:
+            rc = rcv.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            rcv.stop()
+            raise TrialError(f"the receiver did not finish within {limit:.0f} s "
+                             f"(duration {spec.duration_s} s + 20 s)") from None
+        timing["transfer_ended_unix"] = time.time()
+        time.sleep(spec.tail_s)
+        for proc in (ping, qs, snd):
+            proc.stop(timeout=3)
+        delayline_rc = topo.stop_delayline()
+        qdisc_after = topo.qdisc_dump()
+        setup_s = topo.setup_s
+    timing["ended_at"] = utc_now()
+    timing["setup_s"] = round(setup_s, 3)
+    timing["teardown_s"] = round(topo.teardown_s, 3)
+
+    text = (d / "receiver.log").read_text(errors="replace")
+    if rc != 0 or not _complete(text):
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        raise TrialError(f"trial {spec.trial_id}: the receiver exited with code {rc} without a "
+                         f"complete summary: {tail}")
+    for f in ("ping.err",):
+        p = d / f
+        if p.exists() and p.stat().st_size == 0:
+            p.unlink()
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "latency_divide_version": __version__,
+        "trial_id": spec.trial_id,
+        "household": spec.household.to_dict(),
+        "direction": spec.direction,
+        "variant": dataclasses.asdict(spec.variant),
+        "repetition": spec.repetition,
+        "attempt": attempt,
+        "capacity_kbps": plan.shaper(spec.direction).rate_kbit,
+        "qfactor": spec.qfactor,
+        "linkplan": plan.to_dict(),
+        "linkplan_devices": {"gateway": dict(topology.GATEWAY_EGRESS),
+                             "delay": list(topology.DELAY_PORTS)},
+        "delay_mechanism": found["mechanism"],
+        "delayline_exit_code": delayline_rc,
+        "tool": {"name": spec.tool.name, "path": binary,
+                 "sha256": sha256_file(Path(binary)),
+                 "version": tool_version(spec, Path(binary)),
+                 "window_bytes": spec.tool.window_bytes,
+                 "sender_node": ep["sender"], "receiver_node": ep["receiver"],
+                 "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc},
+        "ping": {"argv": p_argv, "interval_s": spec.ping_interval_s, "node": "cli",
+                 "target": topology.SERVER_ADDR},
+        "queue": {"node": "gw", "dev": q_dev, "interval_s": spec.queue_interval_s,
+                  "argv": q_argv},
+        "duration_s": spec.duration_s,
+        "idle_s": spec.idle_s,
+        "timing": timing,
+        "host": {**host_before, "loadavg_after": list(os.getloadavg())},
+        "concurrency": concurrency,
+        "qdisc_before": qdisc_before,
+        "qdisc_after": qdisc_after,
+        "offloads": "ethtool -K " + " ".join(topology.OFFLOAD_ARGS) + " on every veth end",
+        "topology": {"tag": topo.tag, "namespaces": [topo.ns(r) for r in topology.ROLES]},
+        "git_revision": git_revision(),
+        "config_hash": spec.config_hash,
+        "testbed": {"kind": "local"},
+    }
+
+
+def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
+                           log=print) -> Path:
+    """Retry transient failures; never leave a partial trial directory behind."""
+    last: Exception | None = None
+    for attempt in range(1, retries + 2):
+        try:
+            return run_trial(spec, out_root, attempt=attempt)
+        except EnvironmentError_:
+            raise  # not transient
+        except (TrialError, CommandError, TimeoutError, LatencyDivideError) as e:
+            last = e
+            log(f"[latency-divide] trial {spec.trial_id} attempt {attempt} failed: {e}")
+    raise TrialError(f"trial {spec.trial_id} failed after {retries + 1} attempts: {last}")
+
+
+# --------------------------------------------------------------------------------------------
+# from the workflow's config
+# --------------------------------------------------------------------------------------------
+
+def trial_ids(cfg) -> list[tuple[int, str, str, int]]:
+    """Every (household, direction, variant, repetition) of a run, in sweep order."""
+    return [(h, d, v.name, r)
+            for h in cfg.household_ids() for d in cfg.directions for v in cfg.variants
+            for r in range(1, cfg.trial.repetitions + 1)]
+
+
+def trial_meta_path(raw_root: str | Path, household: int, direction: str, variant: str,
+                    rep: int) -> Path:
+    return Path(raw_root) / str(household) / direction / variant / f"rep{rep}" / "meta.json"
+
+
+def spec_from_config(cfg, household, direction: str, variant: str, repetition: int,
+                     config_hash: str | None = None) -> TrialSpec:
+    t = cfg.trial
+    return TrialSpec(household=household, direction=direction, variant=cfg.variant(variant),
+                     repetition=repetition, duration_s=t.duration_s, idle_s=t.idle_s,
+                     ping_interval_s=t.ping_interval_s, queue_interval_s=t.queue_interval_s,
+                     qfactor=cfg.qfactor, tool=cfg.tool, delay=cfg.testbed.delay,
+                     config_hash=config_hash)
+
+
+def config_hash(raw: dict) -> str:
+    """sha256 of the config as canonical JSON (key order and formatting do not matter)."""
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def nominal_trial_s(cfg) -> float:
+    """A trial's expected wall time before any has been measured: idle + transfer + ~3 s
+    of setup, connection, tail and teardown."""
+    return cfg.trial.idle_s + cfg.trial.duration_s + 3.0

@@ -1,0 +1,342 @@
+"""The delay line (tools/delayline) in real network namespaces: A --veth-- D --veth-- B.
+
+A and B share one IP subnet; D runs `target/release/delayline`, which bridges its two veth
+ends at layer 2 and delays each direction. Needs root; build the binary first with
+`cargo build --release -p delayline` (scripts/setup.sh does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from latency_divide.errors import CommandError
+from latency_divide.runners import LocalRunner, wait_for
+
+pytestmark = pytest.mark.netns
+
+ROOT = Path(__file__).resolve().parents[1]
+BINARY = ROOT / "target" / "release" / "delayline"
+ADDR_A = "10.99.0.1"
+ADDR_B = "10.99.0.2"
+OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
+STATS_RE = re.compile(
+    r"^delayline stats a->b frames=(\d+) bytes=(\d+) drops=(\d+) "
+    r"b->a frames=(\d+) bytes=(\d+) drops=(\d+)$",
+    re.M,
+)
+
+# One-way probe, run with the venv's python in a namespace. All namespaces share
+# CLOCK_MONOTONIC, so receive time minus the send time carried in the payload is the
+# one-way delay. `recv PORT N TIMEOUT_S` prints "listening", then "SEQ DELAY_MS" per
+# datagram; `send ADDR PORT N INTERVAL_S SIZE` sends N numbered datagrams.
+PROBE = r"""
+import socket, struct, sys, time
+mode = sys.argv[1]
+now = lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if mode == "recv":
+    port, n, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 16 << 20)
+    s.bind(("0.0.0.0", port))
+    s.settimeout(timeout)
+    print("listening", flush=True)
+    for _ in range(n):
+        try:
+            data = s.recv(65536)
+        except socket.timeout:
+            break
+        t = now()
+        seq, t_tx = struct.unpack("!QQ", data[:16])
+        print(seq, (t - t_tx) / 1e6, flush=True)
+else:
+    addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    interval, size = float(sys.argv[5]), int(sys.argv[6])
+    for i in range(n):
+        s.sendto(struct.pack("!QQ", i, now()).ljust(size, b"\0"), (addr, port))
+        if interval:
+            time.sleep(interval)
+"""
+
+
+def _skip_reason() -> str | None:
+    if sys.platform != "linux":
+        return "needs Linux network namespaces"
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, AF_PACKET)"
+    for prog in ("ip", "ethtool", "ping"):
+        if shutil.which(prog) is None:
+            return f"{prog} not installed"
+    if not BINARY.exists():
+        return f"{BINARY} missing: run `cargo build --release -p delayline` first"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _require_env():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+class Line:
+    """Three namespaces ld-<tag>-{a,d,b}, veth A<->D and D<->B, offloads off, A and B in
+    10.99.0.0/24. Removes exactly what it created."""
+
+    def __init__(self) -> None:
+        self.tag = secrets.token_hex(3)
+        self.ns = {r: f"ld-{self.tag}-{r}" for r in ("a", "d", "b")}
+        self.if_a = f"ld{self.tag}a"  # in A
+        self.if_da = f"ld{self.tag}da"  # in D, towards A
+        self.if_db = f"ld{self.tag}db"  # in D, towards B
+        self.if_b = f"ld{self.tag}b"  # in B
+        self.host = LocalRunner()
+        self.created: list[str] = []
+
+    def runner(self, role: str) -> LocalRunner:
+        return LocalRunner(netns=self.ns[role])
+
+    def ends(self):
+        return [("a", self.if_a), ("d", self.if_da), ("d", self.if_db), ("b", self.if_b)]
+
+    def up(self) -> "Line":
+        for name in self.ns.values():
+            self.host.run(["ip", "netns", "add", name])
+            self.created.append(name)
+        ns = self.ns
+        self.host.run(["ip", "link", "add", self.if_a, "netns", ns["a"], "type", "veth",
+                       "peer", "name", self.if_da, "netns", ns["d"]])
+        self.host.run(["ip", "link", "add", self.if_b, "netns", ns["b"], "type", "veth",
+                       "peer", "name", self.if_db, "netns", ns["d"]])
+        for role, dev in self.ends():
+            self.runner(role).run(["ethtool", "-K", dev, *OFFLOADS_OFF])
+            self.runner(role).run(["ip", "link", "set", dev, "up"])
+        self.runner("a").run(["ip", "addr", "add", f"{ADDR_A}/24", "dev", self.if_a])
+        self.runner("b").run(["ip", "addr", "add", f"{ADDR_B}/24", "dev", self.if_b])
+        for role in ("a", "b"):
+            self.runner(role).run(["ip", "link", "set", "lo", "up"])
+        return self
+
+    def down(self) -> None:
+        for name in reversed(self.created):
+            self.host.run(["ip", "netns", "del", name], check=False)
+        self.created = []
+
+
+@pytest.fixture
+def line():
+    topo = Line()
+    try:
+        yield topo.up()
+    finally:
+        topo.down()
+
+
+class Delayline:
+    """`delayline` running in D, its stderr in a file."""
+
+    def __init__(self, line: Line, tmp_path: Path, *args: str):
+        self.stderr_path = tmp_path / f"delayline-{secrets.token_hex(2)}.stderr"
+        self.stats_path = tmp_path / "stats.json"
+        argv = [str(BINARY), "--iface-a", line.if_da, "--iface-b", line.if_db,
+                "--stats-json", str(self.stats_path), *args]
+        self.proc = line.runner("d").start(argv, stderr=self.stderr_path)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_ready(self) -> "Delayline":
+        wait_for(lambda: "delayline ready" in self.stderr() or self.proc.poll() is not None,
+                 timeout=10, what="'delayline ready'")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"delayline exited {self.proc.poll()}: {self.stderr()}")
+        return self
+
+    def stop(self) -> int:
+        return self.proc.stop(timeout=10)
+
+
+@pytest.fixture
+def start_delayline(line, tmp_path):
+    started: list[Delayline] = []
+
+    def start(*args: str) -> Delayline:
+        d = Delayline(line, tmp_path, *args)
+        started.append(d)
+        return d.wait_ready()
+
+    try:
+        yield start
+    finally:
+        for d in started:
+            d.stop()
+
+
+def ping_rtts_ms(line: Line, count: int = 40, interval_s: str = "0.02") -> list[float]:
+    """Per-packet RTTs (ms) of `ping` from A to B, after one warm-up ping (ARP)."""
+    a = line.runner("a")
+    a.run(["ping", "-c", "1", "-W", "5", ADDR_B], timeout=15)
+    out = a.run(["ping", "-n", "-c", str(count), "-i", interval_s, "-W", "2", ADDR_B],
+                timeout=60).stdout
+    rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", out)]
+    assert len(rtts) >= count * 0.9, out
+    return rtts
+
+
+def one_way_ms(line: Line, tmp_path: Path, src: str, n: int = 60, interval_s: float = 0.01,
+               size: int = 200) -> list[tuple[int, float]]:
+    """(seq, one-way delay ms) of UDP probes from `src` ("a" or "b") to the other end."""
+    dst = "b" if src == "a" else "a"
+    dst_addr = ADDR_B if src == "a" else ADDR_A
+    out_path = tmp_path / f"probe-{src}.out"
+    recv = line.runner(dst).start(
+        [sys.executable, "-c", PROBE, "recv", "9999", str(n), "3"], stdout=out_path)
+    try:
+        wait_for(lambda: "listening" in out_path.read_text(), timeout=10, what="probe receiver")
+        line.runner(src).run([sys.executable, "-c", PROBE, "send", dst_addr, "9999", str(n),
+                              str(interval_s), str(size)], timeout=60)
+        recv.wait(timeout=30)
+    finally:
+        recv.stop()
+    rows = [ln.split() for ln in out_path.read_text().splitlines()[1:]]
+    return [(int(seq), float(ms)) for seq, ms in rows]
+
+
+def stats_line(text: str) -> list[int]:
+    m = STATS_RE.findall(text)
+    assert m, f"no stats line in: {text}"
+    return [int(x) for x in m[-1]]
+
+
+def test_symmetric_delay_shifts_rtt_by_twice_the_delay(line, start_delayline):
+    d0 = start_delayline("--delay-ms", "0")
+    base = statistics.median(ping_rtts_ms(line))
+    assert d0.stop() == 0
+    start_delayline("--delay-ms", "10")
+    delayed = statistics.median(ping_rtts_ms(line))
+    shift = delayed - base
+    assert abs(shift - 20.0) <= 1.0, f"RTT shift {shift:.3f} ms (base {base:.3f}, delayed {delayed:.3f})"
+
+
+def test_asymmetric_delays_apply_per_direction(line, tmp_path, start_delayline):
+    d0 = start_delayline("--delay-ms", "0")
+    base = statistics.median(ping_rtts_ms(line))
+    assert d0.stop() == 0
+    start_delayline("--delay-ab-ms", "3", "--delay-ba-ms", "12")
+    rtt = statistics.median(ping_rtts_ms(line))
+    assert abs((rtt - base) - 15.0) <= 1.0, f"RTT {rtt:.3f} ms, base {base:.3f} ms"
+    # One-way, per direction: a->b (A to B) is 3 ms, b->a is 12 ms.
+    ab = one_way_ms(line, tmp_path, "a")
+    ba = one_way_ms(line, tmp_path, "b")
+    assert len(ab) >= 55 and len(ba) >= 55
+    assert abs(statistics.median(ms for _, ms in ab) - 3.0) <= 1.0, ab
+    assert abs(statistics.median(ms for _, ms in ba) - 12.0) <= 1.0, ba
+    # Frames are never released early.
+    assert min(ms for _, ms in ab) >= 3.0 and min(ms for _, ms in ba) >= 12.0
+
+
+def test_burst_keeps_order_and_is_not_dropped(line, tmp_path, start_delayline):
+    d = start_delayline("--delay-ms", "5")
+    ping_rtts_ms(line, count=3)
+    got = one_way_ms(line, tmp_path, "a", n=500, interval_s=0, size=1400)
+    seqs = [s for s, _ in got]
+    assert seqs == sorted(seqs), "frames were reordered"
+    assert len(seqs) == 500, f"lost {500 - len(seqs)} of a 500-datagram burst"
+    assert d.stop() == 0
+    stats = json.loads(d.stats_path.read_text())
+    assert stats["a_to_b"]["drops"] == 0
+
+
+def test_sigterm_prints_stats_and_writes_json(line, start_delayline):
+    d = start_delayline("--delay-ms", "2")
+    rtts = ping_rtts_ms(line, count=20)
+    assert d.stop() == 0
+    ab_frames, ab_bytes, ab_drops, ba_frames, ba_bytes, ba_drops = stats_line(d.stderr())
+    # 21 echo requests one way and 21 replies the other, plus ARP.
+    assert ab_frames >= len(rtts) + 1 and ba_frames >= len(rtts) + 1
+    assert ab_bytes >= 98 * ab_frames - 100 and ab_drops == 0 and ba_drops == 0
+    stats = json.loads(d.stats_path.read_text())
+    assert stats["format"] == "delayline-stats" and stats["format_version"] == 1
+    assert stats["a_to_b"]["frames"] == ab_frames and stats["b_to_a"]["bytes"] == ba_bytes
+    assert stats["a_to_b"]["iface_in"] == line.if_da and stats["a_to_b"]["delay_ms"] == 2.0
+    assert not [p for p in d.stats_path.parent.iterdir() if ".tmp." in p.name]
+
+
+def test_limit_drops_and_counts_frames(line, tmp_path, start_delayline):
+    d = start_delayline("--delay-ms", "300", "--limit", "5")
+    line.runner("a").run(["ping", "-c", "1", "-W", "5", ADDR_B], timeout=15)  # ARP first
+    got = one_way_ms(line, tmp_path, "a", n=50, interval_s=0)
+    assert d.stop() == 0
+    stats = json.loads(d.stats_path.read_text())["a_to_b"]
+    assert 1 <= len(got) <= 5
+    assert stats["drops_limit"] >= 45 and stats["drops"] == stats["drops_limit"]
+    assert stats["max_queue_frames"] == 5
+    assert stats_line(d.stderr())[2] == stats["drops"]
+
+
+def test_unknown_interface_is_a_clear_error(line):
+    res = line.runner("d").run([str(BINARY), "--iface-a", "ldnosuchif", "--iface-b", line.if_db,
+                                "--delay-ms", "10"], check=False)
+    assert res.returncode != 0
+    assert "ldnosuchif" in res.stderr and "does not exist" in res.stderr, res.stderr
+    assert line.if_db in res.stderr  # lists the interfaces that do exist
+    assert "delayline ready" not in res.stderr
+
+
+@pytest.mark.parametrize("feature", ["gro", "tx"])
+def test_offload_on_is_refused_unless_allowed(line, start_delayline, feature):
+    d = line.runner("d")
+    d.run(["ethtool", "-K", line.if_db, feature, "on"])
+    argv = [str(BINARY), "--iface-a", line.if_da, "--iface-b", line.if_db, "--delay-ms", "1"]
+    res = d.run(argv, check=False)
+    assert res.returncode != 0
+    assert f"ethtool -K {line.if_db} tx off rx off tso off gso off gro off" in res.stderr, res.stderr
+    assert "delayline ready" not in res.stderr
+    ok = start_delayline("--delay-ms", "1", "--allow-offload")
+    assert "offloads on" in ok.stderr()
+
+
+def test_oversize_frames_are_dropped_and_reported(line, start_delayline):
+    # Checksum and segmentation offload on A's end: a UDP GSO send leaves A as one
+    # super-frame with its checksum still pending, the way GRO/TSO frames would look.
+    line.runner("a").run(["ethtool", "-K", line.if_a, "tx", "on", "gso", "on",
+                          "tx-udp-segmentation", "on"])
+    d = start_delayline("--delay-ms", "1")
+    a = line.runner("a")
+    a.run(["ping", "-c", "1", "-W", "5", ADDR_B], timeout=15)
+    gso_send = ("import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                "s.setsockopt(socket.IPPROTO_UDP, 103, 1400)  # UDP_SEGMENT\n"
+                "s.sendto(b'x'*14000,(sys.argv[1],9))\n"
+                "socket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(b'y'*100,(sys.argv[1],9))\n")
+    a.run([sys.executable, "-c", gso_send, ADDR_B])
+    wait_for(lambda: "larger than the egress MTU" in d.stderr(), timeout=5,
+             what="the oversize warning")
+    assert d.stop() == 0
+    stats = json.loads(d.stats_path.read_text())["a_to_b"]
+    assert stats["drops_oversize"] == 1, stats
+    assert stats["drops"] == 1 and stats["drops_limit"] == 0
+    # The small datagram fits but left A with its UDP checksum still to be filled in.
+    assert stats["csum_not_ready"] >= 1 and "carry no checksum" in d.stderr()
+
+
+def test_not_root_is_a_clear_error(line):
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all",
+            str(BINARY), "--iface-a", line.if_da, "--iface-b", line.if_db, "--delay-ms", "1"]
+    try:
+        res = line.runner("d").run(argv, check=False)
+    except CommandError as e:  # pragma: no cover - setpriv itself missing
+        pytest.skip(str(e))
+    assert res.returncode != 0
+    assert "CAP_NET_RAW" in res.stderr, res.stderr

@@ -1,0 +1,287 @@
+//! Per-direction counters, the release-lateness histogram, the final stats line and
+//! the JSON file (schema `delayline-stats` version 1, documented in the README).
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// Counters one direction updates while running (rx thread and tx thread).
+#[derive(Debug, Default)]
+pub struct DirCounters {
+    /// Frames sent out of the egress interface.
+    pub frames: AtomicU64,
+    /// Bytes of those frames (Ethernet header included, no FCS).
+    pub bytes: AtomicU64,
+    /// Frames dropped because the queue held `limit` frames.
+    pub drops_limit: AtomicU64,
+    /// Frames dropped because they exceed the egress MTU (GRO/TSO super-frames).
+    pub drops_oversize: AtomicU64,
+    /// Frames the kernel refused to send.
+    pub send_errors: AtomicU64,
+    /// Frames received with checksum offload pending (the peer's tx checksum offload is on).
+    pub csum_not_ready: AtomicU64,
+    /// Most frames queued at once.
+    pub max_queue_frames: AtomicU64,
+}
+
+/// Adds `n` to a counter.
+pub fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Histogram of how late frames left relative to their release time, in 10 µs bins up
+/// to 10 ms (later ones land in the last bin).
+#[derive(Debug, Clone)]
+pub struct Lateness {
+    bins: Vec<u64>,
+    max_ns: u64,
+    sum_ns: u128,
+    count: u64,
+}
+
+const BIN_NS: u64 = 10_000;
+const NBINS: usize = 1001;
+
+impl Default for Lateness {
+    fn default() -> Self {
+        Lateness {
+            bins: vec![0; NBINS],
+            max_ns: 0,
+            sum_ns: 0,
+            count: 0,
+        }
+    }
+}
+
+impl Lateness {
+    pub fn record(&mut self, late_ns: u64) {
+        let i = ((late_ns / BIN_NS) as usize).min(NBINS - 1);
+        self.bins[i] += 1;
+        self.max_ns = self.max_ns.max(late_ns);
+        self.sum_ns += late_ns as u128;
+        self.count += 1;
+    }
+
+    /// Upper edge (µs) of the bin holding quantile `q` (0..=1), or None if empty.
+    pub fn quantile_us(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (i, n) in self.bins.iter().enumerate() {
+            seen += n;
+            if seen >= rank && i + 1 < NBINS {
+                let edge_us = ((i as u64 + 1) * BIN_NS) as f64 / 1000.0;
+                return Some(edge_us.min(self.max_ns as f64 / 1000.0));
+            }
+        }
+        Some(self.max_ns as f64 / 1000.0)
+    }
+
+    pub fn summary(&self) -> LatenessSummary {
+        LatenessSummary {
+            count: self.count,
+            mean_us: if self.count == 0 {
+                None
+            } else {
+                Some(self.sum_ns as f64 / self.count as f64 / 1000.0)
+            },
+            p50_us: self.quantile_us(0.5),
+            p99_us: self.quantile_us(0.99),
+            max_us: if self.count == 0 {
+                None
+            } else {
+                Some(self.max_ns as f64 / 1000.0)
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatenessSummary {
+    pub count: u64,
+    pub mean_us: Option<f64>,
+    /// Quantiles are upper bin edges (10 µs bins), capped at the maximum.
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+}
+
+/// Final numbers of one direction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DirReport {
+    pub iface_in: String,
+    pub iface_out: String,
+    pub delay_ms: f64,
+    pub frames: u64,
+    pub bytes: u64,
+    /// All dropped frames: drops_limit + drops_oversize + send_errors.
+    pub drops: u64,
+    pub drops_limit: u64,
+    pub drops_oversize: u64,
+    pub send_errors: u64,
+    pub csum_not_ready: u64,
+    pub max_queue_frames: u64,
+    /// Frames still queued when the delay line stopped (not sent, not counted as drops).
+    pub queued_at_exit: u64,
+    /// How late frames left relative to receive time + delay.
+    pub release_lateness: LatenessSummary,
+}
+
+impl DirReport {
+    pub fn from_counters(
+        iface_in: &str,
+        iface_out: &str,
+        delay_ms: f64,
+        c: &DirCounters,
+        queued_at_exit: u64,
+        lateness: &Lateness,
+    ) -> Self {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (dl, dov, se) = (
+            get(&c.drops_limit),
+            get(&c.drops_oversize),
+            get(&c.send_errors),
+        );
+        DirReport {
+            iface_in: iface_in.to_string(),
+            iface_out: iface_out.to_string(),
+            delay_ms,
+            frames: get(&c.frames),
+            bytes: get(&c.bytes),
+            drops: dl + dov + se,
+            drops_limit: dl,
+            drops_oversize: dov,
+            send_errors: se,
+            csum_not_ready: get(&c.csum_not_ready),
+            max_queue_frames: get(&c.max_queue_frames),
+            queued_at_exit,
+            release_lateness: lateness.summary(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    pub format: &'static str,
+    pub format_version: u32,
+    pub limit: u32,
+    pub spin_us: u64,
+    pub a_to_b: DirReport,
+    pub b_to_a: DirReport,
+}
+
+impl Report {
+    /// The one-line summary printed to stderr on exit (format fixed; callers parse it).
+    pub fn line(&self) -> String {
+        format!(
+            "delayline stats a->b frames={} bytes={} drops={} b->a frames={} bytes={} drops={}",
+            self.a_to_b.frames,
+            self.a_to_b.bytes,
+            self.a_to_b.drops,
+            self.b_to_a.frames,
+            self.b_to_a.bytes,
+            self.b_to_a.drops
+        )
+    }
+}
+
+/// Writes `value` as pretty JSON to `path` via a temporary file in the same directory and
+/// a rename, so readers never see a partial file.
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("--stats-json {path:?} has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> anyhow::Result<()> {
+        let mut f = std::fs::File::create(&tmp)
+            .with_context(|| format!("creating temporary stats file {tmp:?}"))?;
+        serde_json::to_writer_pretty(&mut f, value)?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming {tmp:?} to {path:?}"))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_quantiles() {
+        let mut l = Lateness::default();
+        assert_eq!(l.quantile_us(0.5), None);
+        for _ in 0..98 {
+            l.record(5_000); // 5 µs -> bin 0 (0..10 µs)
+        }
+        l.record(250_000); // 250 µs
+        l.record(50_000_000); // 50 ms -> last bin
+        let s = l.summary();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.p50_us, Some(10.0));
+        assert_eq!(s.p99_us, Some(260.0));
+        assert_eq!(s.max_us, Some(50_000.0));
+        assert_eq!(l.quantile_us(1.0), Some(50_000.0));
+    }
+
+    #[test]
+    fn stats_line_and_json_roundtrip() {
+        let c = DirCounters::default();
+        bump(&c.frames, 3);
+        bump(&c.bytes, 300);
+        bump(&c.drops_limit, 2);
+        bump(&c.drops_oversize, 1);
+        let a = DirReport::from_counters("x", "y", 10.0, &c, 0, &Lateness::default());
+        let b = DirReport::from_counters(
+            "y",
+            "x",
+            5.0,
+            &DirCounters::default(),
+            0,
+            &Lateness::default(),
+        );
+        let r = Report {
+            format: "delayline-stats",
+            format_version: 1,
+            limit: 5,
+            spin_us: 50,
+            a_to_b: a,
+            b_to_a: b,
+        };
+        assert_eq!(
+            r.line(),
+            "delayline stats a->b frames=3 bytes=300 drops=3 b->a frames=0 bytes=0 drops=0"
+        );
+        let dir = std::env::temp_dir().join(format!("delayline-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("s.json");
+        write_json_atomic(&p, &r).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(v["a_to_b"]["drops_limit"], 2);
+        assert_eq!(v["b_to_a"]["delay_ms"], 5.0);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "temp file left behind"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,360 @@
+//! Thin safe wrappers over the Linux calls delayline needs: interface lookups and flags
+//! (ioctl), legacy ethtool offload queries, and AF_PACKET sockets.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use crate::error::DelaylineError;
+
+const ETH_P_ALL: u16 = 0x0003;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+/// Legacy ethtool "get" commands that answer a single on/off value.
+pub const ETHTOOL_GTXCSUM: u32 = 0x16;
+pub const ETHTOOL_GTSO: u32 = 0x1e;
+pub const ETHTOOL_GGSO: u32 = 0x23;
+pub const ETHTOOL_GGRO: u32 = 0x2b;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+union IfrData {
+    flags: libc::c_short,
+    mtu: libc::c_int,
+    data: *mut libc::c_void,
+    _pad: [u8; 24],
+}
+
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    u: IfrData,
+}
+
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+fn ifreq(name: &str) -> IfReq {
+    // SAFETY: all-zero is a valid IfReq.
+    let mut r: IfReq = unsafe { zeroed() };
+    for (d, s) in r.name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = s as libc::c_char;
+    }
+    r
+}
+
+fn io_err(what: &'static str, iface: &str, source: io::Error) -> DelaylineError {
+    DelaylineError::Io {
+        what,
+        iface: iface.to_string(),
+        source,
+    }
+}
+
+/// An AF_INET datagram socket used only as a handle for interface ioctls.
+fn ctl_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call; the fd is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh, valid descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Names of the interfaces in this network namespace.
+pub fn interface_names() -> Vec<String> {
+    let mut names = Vec::new();
+    // SAFETY: if_nameindex returns a heap array terminated by a zero entry, freed below.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return names;
+        }
+        let mut p = list;
+        while (*p).if_index != 0 {
+            names.push(
+                std::ffi::CStr::from_ptr((*p).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            p = p.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    names
+}
+
+/// The interface index of `name`, or an error listing the interfaces that do exist.
+pub fn ifindex(name: &str) -> Result<i32, DelaylineError> {
+    let c = CString::new(name).map_err(|_| DelaylineError::NoSuchInterface {
+        name: name.to_string(),
+        available: "(name contains NUL)".to_string(),
+    })?;
+    // SAFETY: valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        let mut names = interface_names();
+        names.sort();
+        return Err(DelaylineError::NoSuchInterface {
+            name: name.to_string(),
+            available: if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            },
+        });
+    }
+    Ok(idx as i32)
+}
+
+/// Interface flags (IFF_*) and MTU.
+pub fn flags_and_mtu(name: &str) -> Result<(libc::c_int, u32), DelaylineError> {
+    let s = ctl_socket().map_err(|e| io_err("opening an ioctl socket", name, e))?;
+    let mut r = ifreq(name);
+    // SAFETY: SIOCGIFFLAGS fills r.u.flags for a valid ifreq.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut r) } < 0 {
+        return Err(io_err("reading flags", name, io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel wrote the flags member.
+    let flags = unsafe { r.u.flags } as libc::c_int & 0xffff;
+    let mut r = ifreq(name);
+    // SAFETY: SIOCGIFMTU fills r.u.mtu.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU as _, &mut r) } < 0 {
+        return Err(io_err("reading MTU", name, io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel wrote the mtu member.
+    let mtu = unsafe { r.u.mtu };
+    Ok((flags, mtu.max(0) as u32))
+}
+
+/// One legacy ethtool on/off query; `Ok(None)` if the driver does not support it.
+pub fn ethtool_get(name: &str, cmd: u32) -> Result<Option<bool>, DelaylineError> {
+    let s = ctl_socket().map_err(|e| io_err("opening an ioctl socket", name, e))?;
+    let mut v = EthtoolValue { cmd, data: 0 };
+    let mut r = ifreq(name);
+    r.u.data = (&mut v as *mut EthtoolValue).cast();
+    // SAFETY: SIOCETHTOOL with a valid ethtool_value the kernel reads and writes.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCETHTOOL as _, &mut r) } < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(None),
+            _ => Err(io_err("querying offloads (SIOCETHTOOL)", name, e)),
+        };
+    }
+    Ok(Some(v.data != 0))
+}
+
+/// What `recv` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recv {
+    /// A frame of `len` bytes (`len` may exceed the buffer: then it was truncated).
+    Frame {
+        len: usize,
+        /// The kernel stripped a VLAN tag into auxdata: (tpid, tci).
+        vlan: Option<(u16, u16)>,
+        /// Checksum offload still pending (TP_STATUS_CSUMNOTREADY).
+        csum_not_ready: bool,
+    },
+    /// A frame this host sent (PACKET_OUTGOING): not ours to bridge.
+    Outgoing,
+    /// The receive timeout passed with no frame.
+    Timeout,
+}
+
+/// An AF_PACKET raw socket bound to one interface.
+#[derive(Debug)]
+pub struct PacketSocket {
+    fd: OwnedFd,
+    iface: String,
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: val points to a T of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (val as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn packet_socket(iface: &str, ifindex: i32, protocol: u16) -> Result<OwnedFd, DelaylineError> {
+    // Protocol 0 at socket(): nothing is received until bind() names the interface, so no
+    // frame of another interface slips in between.
+    // SAFETY: plain socket(2) call; the fd is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => DelaylineError::NotPermitted { source: e },
+            _ => io_err("opening an AF_PACKET socket", iface, e),
+        });
+    }
+    // SAFETY: fd is a fresh, valid descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: all-zero is a valid sockaddr_ll.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = protocol.to_be();
+    sll.sll_ifindex = ifindex;
+    // SAFETY: sll is a valid sockaddr_ll of the length given.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io_err(
+            "binding the AF_PACKET socket",
+            iface,
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(fd)
+}
+
+impl PacketSocket {
+    /// A receiving socket: all protocols, promiscuous, our own transmissions ignored,
+    /// a large receive buffer, VLAN/checksum auxdata, and a receive timeout so the thread
+    /// can notice a stop request.
+    pub fn open_rx(
+        iface: &str,
+        ifindex: i32,
+        rcvbuf_bytes: i32,
+        timeout: Duration,
+    ) -> Result<Self, DelaylineError> {
+        let fd = packet_socket(iface, ifindex, ETH_P_ALL)?;
+        let one: libc::c_int = 1;
+        // Ask the kernel not to deliver our own transmissions (Linux >= 4.20); recv()
+        // also checks PACKET_OUTGOING, so older kernels are fine too.
+        let _ = setsockopt(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one);
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, &one)
+            .map_err(|e| io_err("enabling PACKET_AUXDATA", iface, e))?;
+        // SO_RCVBUFFORCE passes rmem_max (root); fall back to SO_RCVBUF.
+        if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf_bytes).is_err() {
+            setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf_bytes)
+                .map_err(|e| io_err("setting SO_RCVBUF", iface, e))?;
+        }
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
+            .map_err(|e| io_err("setting SO_RCVTIMEO", iface, e))?;
+        let mr = libc::packet_mreq {
+            mr_ifindex: ifindex,
+            mr_type: libc::PACKET_MR_PROMISC as u16,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        // Promiscuous mode lasts as long as this socket.
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
+            .map_err(|e| io_err("enabling promiscuous mode", iface, e))?;
+        Ok(PacketSocket {
+            fd,
+            iface: iface.to_string(),
+        })
+    }
+
+    /// A sending socket bound to the interface with protocol 0, so it receives nothing.
+    pub fn open_tx(iface: &str, ifindex: i32) -> Result<Self, DelaylineError> {
+        let fd = packet_socket(iface, ifindex, 0)?;
+        Ok(PacketSocket {
+            fd,
+            iface: iface.to_string(),
+        })
+    }
+
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// Receives one frame into `buf`.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
+        // SAFETY: all-zero is a valid sockaddr_ll / msghdr.
+        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut cbuf = [0u64; 16];
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = size_of::<[u64; 16]>() as _;
+        // SAFETY: msg points at live buffers of the sizes given; MSG_TRUNC makes the
+        // return value the real frame length.
+        let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(Recv::Timeout),
+                _ => Err(e),
+            };
+        }
+        if sll.sll_pkttype == libc::PACKET_OUTGOING {
+            return Ok(Recv::Outgoing);
+        }
+        let mut vlan = None;
+        let mut csum_not_ready = false;
+        // SAFETY: walking the control messages the kernel wrote into cbuf.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                    let aux: libc::tpacket_auxdata =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
+                        let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                            aux.tp_vlan_tpid
+                        } else {
+                            crate::frame::ETH_P_8021Q
+                        };
+                        vlan = Some((tpid, aux.tp_vlan_tci));
+                    }
+                    csum_not_ready = aux.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        Ok(Recv::Frame {
+            len: n as usize,
+            vlan,
+            csum_not_ready,
+        })
+    }
+
+    /// Sends one complete Ethernet frame out of the bound interface.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        loop {
+            // SAFETY: frame is a valid slice.
+            let n =
+                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Command line: mvfst `tperf`'s flags (gflags style) plus our additions.
+//!
+//! gflags accepts `-flag value`, `-flag=value`, `--flag value`, `--flag=value`, and for
+//! booleans `-flag`, `-flag=false` and `-noflag`. clap only knows `--flag`, so
+//! [`normalize_gflags`] rewrites single-dash long flags before clap parses them.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+/// Boolean flags, for the `-noflag` spelling.
+const BOOL_FLAGS: &[&str] = &["once", "pacing"];
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "tquic-perf",
+    version,
+    about = "tperf-compatible QUIC bulk transfer on tquic: the server sends, the client reads",
+    allow_negative_numbers = true
+)]
+pub struct Opts {
+    /// Role: `server` sends bulk data to every client; `client` reads and reports.
+    #[arg(long, value_enum, default_value_t = Mode::Server)]
+    pub mode: Mode,
+
+    /// Server: address to listen on. Client: server to connect to (name or address).
+    #[arg(long, default_value = "::1")]
+    pub host: String,
+
+    /// UDP port.
+    #[arg(long, default_value_t = 6666)]
+    pub port: u16,
+
+    /// Client: seconds to read after the first stream byte (> 0).
+    #[arg(long, default_value = "10", value_parser = parse_duration_s)]
+    pub duration: f64,
+
+    /// Sender's congestion control: cubic, copa, bbr, bbr3.
+    #[arg(long, default_value = "cubic", value_parser = parse_congestion)]
+    pub congestion: Congestion,
+
+    /// Copa's latency factor δ, in (0, 1] (sender side).
+    #[arg(long = "latency_factor", default_value = "0.5", value_parser = parse_latency_factor)]
+    pub latency_factor: f64,
+
+    /// Receiver flow-control window in bytes, per stream and per connection
+    /// (tperf's 2021 default: 65536).
+    #[arg(long, default_value = "65536", value_parser = parse_window)]
+    pub window: u64,
+
+    /// Pace the sender (tperf: off by default).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = parse_gflags_bool)]
+    pub pacing: bool,
+
+    /// Bytes handed to the QUIC stream per write call (sender side).
+    #[arg(long = "block_size", default_value = "65536", value_parser = parse_block_size)]
+    pub block_size: usize,
+
+    /// Client: print one `interval` line every this many ms (0: none).
+    #[arg(long = "interval_ms", default_value_t = 100)]
+    pub interval_ms: u64,
+
+    /// Write a JSON summary to this path (atomically: temp file, then rename).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Server: exit after the first connection has closed.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = parse_gflags_bool)]
+    pub once: bool,
+
+    /// Server: certificate (PEM). Default: a self-signed one made at startup.
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+
+    /// Server: private key (PEM) for `-cert`.
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+
+    /// Idle and handshake timeout in ms: a silent peer ends the connection after this.
+    #[arg(long = "idle_timeout_ms", default_value = "5000", value_parser = parse_idle_timeout_ms)]
+    pub idle_timeout_ms: u64,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Server,
+    Client,
+}
+
+/// Congestion controls this tool offers (tquic's, named as in tperf where both exist).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Congestion {
+    Cubic,
+    Copa,
+    Bbr,
+    Bbr3,
+}
+
+impl Congestion {
+    pub const ALL: [Congestion; 4] = [
+        Congestion::Cubic,
+        Congestion::Copa,
+        Congestion::Bbr,
+        Congestion::Bbr3,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Congestion::Cubic => "cubic",
+            Congestion::Copa => "copa",
+            Congestion::Bbr => "bbr",
+            Congestion::Bbr3 => "bbr3",
+        }
+    }
+
+    pub fn to_tquic(self) -> tquic::CongestionControlAlgorithm {
+        match self {
+            Congestion::Cubic => tquic::CongestionControlAlgorithm::Cubic,
+            Congestion::Copa => tquic::CongestionControlAlgorithm::Copa,
+            Congestion::Bbr => tquic::CongestionControlAlgorithm::Bbr,
+            Congestion::Bbr3 => tquic::CongestionControlAlgorithm::Bbr3,
+        }
+    }
+}
+
+impl fmt::Display for Congestion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn allowed_cc() -> String {
+    Congestion::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn parse_congestion(s: &str) -> Result<Congestion, String> {
+    Congestion::ALL
+        .into_iter()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| {
+            format!(
+                "unknown congestion control '{s}'; allowed: {}",
+                allowed_cc()
+            )
+        })
+}
+
+pub fn parse_latency_factor(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number; latency_factor must be in (0, 1]"))?;
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("latency_factor {s} is outside (0, 1]"))
+    }
+}
+
+pub fn parse_duration_s(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds; duration must be > 0"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err(format!("duration {s} s is not in (0, 86400]"))
+    }
+}
+
+pub fn parse_window(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a byte count; window must be an integer >= 1200"))?;
+    // One full-size packet must fit; QUIC varints stop at 2^62 - 1.
+    if (1200..=(1u64 << 40)).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("window {v} bytes is not in [1200, 2^40]"))
+    }
+}
+
+pub fn parse_block_size(s: &str) -> Result<usize, String> {
+    let v: usize = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a byte count; block_size must be in [1, 16777216]"))?;
+    if (1..=16 * 1024 * 1024).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("block_size {v} bytes is not in [1, 16777216]"))
+    }
+}
+
+pub fn parse_idle_timeout_ms(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of ms; idle_timeout_ms must be in [100, 600000]"))?;
+    if (100..=600_000).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("idle_timeout_ms {v} is not in [100, 600000]"))
+    }
+}
+
+/// gflags' boolean spellings.
+pub fn parse_gflags_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "true" | "1" | "yes" | "y" | "t" => Ok(true),
+        "false" | "0" | "no" | "n" | "f" => Ok(false),
+        _ => Err(format!("'{s}' is not a boolean; use true or false")),
+    }
+}
+
+/// Rewrites gflags-style arguments into clap's: `-flag[=v]` -> `--flag[=v]`,
+/// `-noflag`/`--noflag` (boolean flags only) -> `--flag=false`. The program name, values
+/// (anything not starting with `-` followed by a letter, e.g. `-0.5`) and everything
+/// after `--` pass through unchanged.
+pub fn normalize_gflags<I, T>(args: I) -> Vec<OsString>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let mut out = Vec::new();
+    let mut rest_verbatim = false;
+    for (i, arg) in args.into_iter().enumerate() {
+        let arg: OsString = arg.into();
+        if i == 0 || rest_verbatim {
+            out.push(arg);
+            continue;
+        }
+        let Some(s) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if s == "--" {
+            rest_verbatim = true;
+            out.push(arg);
+            continue;
+        }
+        let body = s.strip_prefix("--").or_else(|| s.strip_prefix('-'));
+        let Some(body) = body else {
+            out.push(arg);
+            continue;
+        };
+        let starts_alpha = body.chars().next().is_some_and(|c| c.is_ascii_alphabetic());
+        // `-h` stays a short flag; `-0.5` stays a value.
+        if !starts_alpha || (s.len() == 2 && !s.starts_with("--")) {
+            out.push(arg);
+            continue;
+        }
+        let name = body.split('=').next().unwrap_or(body);
+        if let Some(flag) = name.strip_prefix("no") {
+            if !body.contains('=') && BOOL_FLAGS.contains(&flag) {
+                out.push(OsString::from(format!("--{flag}=false")));
+                continue;
+            }
+        }
+        out.push(OsString::from(format!("--{body}")));
+    }
+    out
+}
+
+/// Parses a full argv (program name first), gflags style.
+pub fn parse_args<I, T>(args: I) -> Result<Opts, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    Opts::try_parse_from(normalize_gflags(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Opts, clap::Error> {
+        let mut v = vec!["tquic-perf"];
+        v.extend_from_slice(args);
+        parse_args(v)
+    }
+
+    #[test]
+    fn gflags_spellings_are_equivalent() {
+        let a = parse(&["-mode", "client", "-port", "5550", "-latency_factor", "0.2"]).unwrap();
+        let b = parse(&["-mode=client", "-port=5550", "-latency_factor=0.2"]).unwrap();
+        let c = parse(&["--mode", "client", "--port=5550", "--latency_factor", "0.2"]).unwrap();
+        for o in [&a, &b, &c] {
+            assert_eq!(o.mode, Mode::Client);
+            assert_eq!(o.port, 5550);
+            assert_eq!(o.latency_factor, 0.2);
+        }
+    }
+
+    #[test]
+    fn defaults_match_tperf_2021() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.mode, Mode::Server);
+        assert_eq!(o.host, "::1");
+        assert_eq!(o.port, 6666);
+        assert_eq!(o.duration, 10.0);
+        assert_eq!(o.congestion, Congestion::Cubic);
+        assert_eq!(o.latency_factor, 0.5);
+        assert_eq!(o.window, 65536);
+        assert!(!o.pacing);
+        assert!(!o.once);
+        assert_eq!(o.interval_ms, 100);
+    }
+
+    #[test]
+    fn boolean_flags() {
+        assert!(parse(&["-once"]).unwrap().once);
+        assert!(parse(&["-once", "-port", "1"]).unwrap().once);
+        assert!(!parse(&["-once=false"]).unwrap().once);
+        assert!(!parse(&["-pacing", "-nopacing"]).unwrap().pacing);
+        assert!(parse(&["--pacing=true"]).unwrap().pacing);
+    }
+
+    #[test]
+    fn congestion_names() {
+        for c in Congestion::ALL {
+            assert_eq!(parse(&["-congestion", c.name()]).unwrap().congestion, c);
+        }
+        let e = parse(&["-congestion", "newreno"]).unwrap_err().to_string();
+        assert!(e.contains("newreno") && e.contains("cubic, copa, bbr, bbr3"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_value_named() {
+        for (args, needle) in [
+            (vec!["-latency_factor", "0"], "0"),
+            (vec!["-latency_factor", "1.5"], "1.5"),
+            (vec!["-latency_factor", "-0.5"], "-0.5"),
+            (vec!["-latency_factor", "nan"], "nan"),
+            (vec!["-duration", "0"], "duration 0"),
+            (vec!["-duration", "-3"], "-3"),
+            (vec!["-window", "10"], "window 10"),
+            (vec!["-port", "70000"], "70000"),
+            (vec!["-mode", "relay"], "relay"),
+            (vec!["-bogus_flag", "1"], "bogus_flag"),
+        ] {
+            let e = parse(&args).unwrap_err().to_string();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+        assert!(parse(&["-latency_factor", "1"]).is_ok());
+    }
+
+    #[test]
+    fn values_starting_with_dash_are_not_rewritten() {
+        let v = normalize_gflags(["p", "-latency_factor", "-0.5", "-h", "--", "-x"]);
+        let v: Vec<_> = v.iter().map(|s| s.to_str().unwrap()).collect();
+        assert_eq!(v, ["p", "--latency_factor", "-0.5", "-h", "--", "-x"]);
+    }
+}

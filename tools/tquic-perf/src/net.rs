@@ -1,0 +1,214 @@
+//! What client and server share: tquic configuration, the UDP socket, the packet sender
+//! and the event loop.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token};
+use tquic::{Config, Endpoint, PacketInfo, PacketSendHandler};
+
+use crate::cli::{Congestion, Opts};
+use crate::error::PerfError;
+
+/// ALPN both ends announce.
+pub const ALPN: &[u8] = b"tquic-perf";
+
+/// Socket buffers: large enough for ~100 Mbit/s bursts without drops in the host.
+const SOCKET_BUFFER_BYTES: libc::c_int = 8 * 1024 * 1024;
+
+/// Largest UDP datagram we read.
+const MAX_DATAGRAM_BYTES: usize = 65_535;
+
+const SOCKET: Token = Token(0);
+
+pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, PerfError> {
+    let mut addrs = (host, port).to_socket_addrs().map_err(|e| PerfError::Resolve {
+        host: host.to_string(),
+        reason: e.to_string(),
+    })?;
+    addrs.next().ok_or_else(|| PerfError::Resolve {
+        host: host.to_string(),
+        reason: "no addresses".into(),
+    })
+}
+
+/// The tquic configuration shared by both roles. The congestion control only matters on
+/// the sender (the server); the window only on the receiver (the client); both are set
+/// on both ends, as tperf does.
+pub fn base_config(opts: &Opts) -> Result<Config, PerfError> {
+    let q = |e: tquic::Error| PerfError::Quic(e.to_string());
+    let mut c = Config::new().map_err(q)?;
+    c.set_max_idle_timeout(opts.idle_timeout_ms);
+    c.set_max_handshake_timeout(opts.idle_timeout_ms);
+    c.set_congestion_control_algorithm(opts.congestion.to_tquic());
+    if opts.congestion == Congestion::Copa {
+        // tquic keeps two deltas (slow start and steady state, both 0.04 by default);
+        // δ must reach both, or slow start runs with 0.04.
+        c.set_copa_slow_start_delta(opts.latency_factor);
+        c.set_copa_steady_delta(opts.latency_factor);
+        // tquic's flag only picks the standing-RTT window: true = srtt, false = srtt/2.
+        // srtt/2 is Copa's (and mvfst's) definition. See README.md.
+        c.enable_copa_use_standing_rtt(false);
+    }
+    c.enable_pacing(opts.pacing);
+    // Fixed 1200-byte packets: Copa counts its target in max_datagram_size units, which
+    // DPLPMTUD would make differ from the packets actually sent.
+    c.enable_dplpmtud(false);
+    // Receive window: fixed at -window (tquic would auto-tune it up to 6 MB otherwise).
+    c.set_initial_max_data(opts.window);
+    c.set_initial_max_stream_data_bidi_local(opts.window);
+    c.set_initial_max_stream_data_bidi_remote(opts.window);
+    c.set_initial_max_stream_data_uni(opts.window);
+    c.set_max_stream_window(opts.window);
+    c.set_max_connection_window(opts.window);
+    c.set_initial_max_streams_bidi(16);
+    c.set_initial_max_streams_uni(16);
+    Ok(c)
+}
+
+/// A non-blocking UDP socket with large buffers.
+pub fn udp_socket(bind: SocketAddr) -> io::Result<UdpSocket> {
+    let std_sock = std::net::UdpSocket::bind(bind)?;
+    std_sock.set_nonblocking(true)?;
+    let fd = std_sock.as_raw_fd();
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        // SAFETY: fd is an open socket; the option value is a c_int we own.
+        unsafe {
+            let v = SOCKET_BUFFER_BYTES;
+            let p = &v as *const libc::c_int as *const libc::c_void;
+            let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // The FORCE variant needs CAP_NET_ADMIN; fall back to the capped one.
+            if libc::setsockopt(fd, libc::SOL_SOCKET, force, p, len) != 0 {
+                libc::setsockopt(fd, libc::SOL_SOCKET, plain, p, len);
+            }
+        }
+    }
+    Ok(UdpSocket::from_std(std_sock))
+}
+
+/// Hands tquic's packets to the socket. A full socket buffer stops the batch (tquic keeps
+/// the rest queued and retries); other errors are recorded for the event loop.
+pub struct SocketSender {
+    pub socket: Rc<UdpSocket>,
+    /// Client: the socket is connected, so ICMP errors surface.
+    pub connected: bool,
+    pub error: RefCell<Option<io::Error>>,
+}
+
+impl PacketSendHandler for SocketSender {
+    fn on_packets_send(&self, pkts: &[(Vec<u8>, PacketInfo)]) -> tquic::Result<usize> {
+        let mut done = 0;
+        for (buf, info) in pkts {
+            let res = if self.connected {
+                self.socket.send(buf)
+            } else {
+                self.socket.send_to(buf, info.dst)
+            };
+            match res {
+                Ok(_) => done += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // Drop this packet (QUIC recovers) and remember why.
+                    self.error.borrow_mut().get_or_insert(e);
+                    done += 1;
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// What the application wants after each turn of the event loop.
+pub enum Step {
+    /// Keep going; wake up no later than this (None: only for network/tquic events).
+    Continue(Option<Instant>),
+    /// Leave the loop.
+    Stop,
+}
+
+/// Drives an endpoint: poll the socket, feed datagrams to tquic, run its timers, and call
+/// `app` after every turn. Receives everything queued before processing, so a receiver
+/// keeps up with the link.
+pub fn event_loop(
+    endpoint: &mut Endpoint,
+    socket: &Rc<UdpSocket>,
+    sender: &SocketSender,
+    mut app: impl FnMut(&mut Endpoint, Option<io::Error>) -> anyhow::Result<Step>,
+) -> anyhow::Result<()> {
+    let mut poll = Poll::new()?;
+    // mio registers by fd; the Rc keeps the socket alive for the loop's lifetime.
+    let mut source = mio::unix::SourceFd(&socket.as_raw_fd());
+    poll.registry()
+        .register(&mut source, SOCKET, Interest::READABLE)?;
+    let mut events = Events::with_capacity(64);
+    let mut buf = vec![0u8; MAX_DATAGRAM_BYTES];
+    let local = socket.local_addr()?;
+    let mut wake_at: Option<Instant> = None;
+    loop {
+        endpoint
+            .process_connections()
+            .map_err(|e| PerfError::Quic(e.to_string()))?;
+
+        let now = Instant::now();
+        let mut timeout = endpoint.timeout();
+        if let Some(w) = wake_at {
+            let d = w.saturating_duration_since(now);
+            timeout = Some(timeout.map_or(d, |t| t.min(d)));
+        }
+        // Wake at least every 100 ms so signals and deadlines are noticed.
+        let timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {
+            t.min(Duration::from_millis(100))
+        }));
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+
+        let mut recv_error = None;
+        loop {
+            match socket.recv_from(&mut buf) {
+                Ok((n, src)) => {
+                    let info = PacketInfo {
+                        src,
+                        dst: local,
+                        time: Instant::now(),
+                    };
+                    // A malformed or stray datagram is tquic's to drop; keep serving.
+                    let _ = endpoint.recv(&mut buf[..n], &info);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    recv_error = Some(e);
+                    break;
+                }
+            }
+        }
+        endpoint.on_timeout(Instant::now());
+
+        let send_error = sender.error.borrow_mut().take();
+        match app(endpoint, recv_error.or(send_error))? {
+            Step::Continue(w) => wake_at = w,
+            Step::Stop => {
+                // Flush whatever the app queued (e.g. CONNECTION_CLOSE).
+                let _ = endpoint.process_connections();
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Path statistics of a connection's active path, if it has one.
+pub fn path_stats(conn: &mut tquic::Connection) -> Option<&tquic::PathStats> {
+    let t = conn.paths_iter().next()?;
+    conn.get_path_stats(t.local, t.remote).ok()
+}

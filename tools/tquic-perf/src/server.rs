@@ -1,0 +1,344 @@
+//! The server: accepts connections and sends bulk data on one stream to each until the
+//! client closes. Serves until SIGTERM/SIGINT (exit 0), or `-once`: until the first
+//! connection has closed. Logs a stats line per connection; `-json` gets the latest.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use bytes::Bytes;
+use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
+
+use crate::cli::Opts;
+use crate::error::PerfError;
+use crate::net::{self, SocketSender, Step};
+use crate::report::{self, SenderStats, Summary};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() -> anyhow::Result<()> {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                anyhow::bail!("sigaction({sig}) failed: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per-connection sending state.
+struct Transfer {
+    peer: String,
+    stream_id: Option<u64>,
+    first_write: Option<(Instant, SystemTime)>,
+    bytes_written: u64,
+}
+
+struct ServerHandler {
+    opts: Opts,
+    block: Bytes,
+    transfers: HashMap<u64, Transfer>,
+    finished: Rc<RefCell<Vec<Summary>>>,
+}
+
+impl ServerHandler {
+    fn fill(&mut self, conn: &mut Connection, stream_id: u64) {
+        let Some(idx) = conn.index() else { return };
+        let Some(t) = self.transfers.get_mut(&idx) else {
+            return;
+        };
+        loop {
+            match conn.stream_write(stream_id, self.block.clone(), false) {
+                Ok(n) => {
+                    if n > 0 && t.first_write.is_none() {
+                        t.first_write = Some((Instant::now(), SystemTime::now()));
+                    }
+                    t.bytes_written += n as u64;
+                    if n < self.block.len() {
+                        break;
+                    }
+                }
+                // Done: no flow-control or congestion room; tquic calls back when there is.
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn summary(&self, conn: &mut Connection, t: &Transfer) -> Summary {
+        let (start_unix, duration_s) = match t.first_write {
+            Some((i, s)) => (
+                s.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64(),
+                i.elapsed().as_secs_f64(),
+            ),
+            None => (0.0, 0.0),
+        };
+        let cs = conn.stats();
+        let mut sender = SenderStats {
+            packets_sent: Some(cs.sent_count),
+            packets_lost: Some(cs.lost_count),
+            packets_retransmitted: None,
+            bytes_sent: Some(cs.sent_bytes),
+            bytes_lost: Some(cs.lost_bytes),
+            ..Default::default()
+        };
+        if let Some(ps) = net::path_stats(conn) {
+            sender.loss_events = Some(ps.loss_event_count);
+            sender.min_rtt_ms = Some(ps.min_rtt as f64 / 1000.0);
+            sender.srtt_ms = Some(ps.srtt as f64 / 1000.0);
+            sender.max_cwnd_bytes = Some(ps.max_cwnd);
+        }
+        let rate = |f: fn(u64, f64) -> f64| {
+            if duration_s > 0.0 {
+                f(t.bytes_written, duration_s)
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            format_version: report::JSON_FORMAT_VERSION,
+            tool: "tquic-perf",
+            tool_version: env!("CARGO_PKG_VERSION"),
+            role: "server",
+            peer: t.peer.clone(),
+            bytes: t.bytes_written,
+            duration_s,
+            goodput_kbps: rate(report::goodput_kbps),
+            throughput_mibps: rate(report::throughput_mibps),
+            start_unix,
+            cc: self.opts.congestion.name().to_string(),
+            latency_factor: self.opts.latency_factor,
+            window: self.opts.window,
+            pacing: self.opts.pacing,
+            sender,
+        }
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "na".into(), |x| x.to_string())
+}
+
+/// The per-connection stats line (after the glog prefix).
+fn stats_line(s: &Summary) -> String {
+    let x = &s.sender;
+    format!(
+        "connection closed peer={} cc={} latency_factor={} pacing={} stream_bytes={} duration_s={:.6} \
+         goodput_kbps={:.1} packets_sent={} packets_lost={} packets_retransmitted={} bytes_sent={} \
+         bytes_lost={} loss_events={} min_rtt_ms={} srtt_ms={} max_cwnd_bytes={}",
+        s.peer,
+        s.cc,
+        s.latency_factor,
+        s.pacing,
+        s.bytes,
+        s.duration_s,
+        s.goodput_kbps,
+        opt(&x.packets_sent),
+        opt(&x.packets_lost),
+        opt(&x.packets_retransmitted),
+        opt(&x.bytes_sent),
+        opt(&x.bytes_lost),
+        opt(&x.loss_events),
+        opt(&x.min_rtt_ms),
+        opt(&x.srtt_ms),
+        opt(&x.max_cwnd_bytes),
+    )
+}
+
+impl TransportHandler for ServerHandler {
+    fn on_conn_created(&mut self, conn: &mut Connection) {
+        if let Some(idx) = conn.index() {
+            let peer = conn
+                .paths_iter()
+                .next()
+                .map(|t| t.remote.to_string())
+                .unwrap_or_else(|| "?".into());
+            self.transfers.insert(
+                idx,
+                Transfer {
+                    peer,
+                    stream_id: None,
+                    first_write: None,
+                    bytes_written: 0,
+                },
+            );
+        }
+    }
+
+    fn on_conn_established(&mut self, conn: &mut Connection) {
+        let Some(idx) = conn.index() else { return };
+        match conn.stream_uni_new(0, false) {
+            Ok(sid) => {
+                if let Some(t) = self.transfers.get_mut(&idx) {
+                    t.stream_id = Some(sid);
+                    glog!('I', "new connection from {}, sending on stream {sid}", t.peer);
+                }
+                let _ = conn.stream_want_write(sid, true);
+                self.fill(conn, sid);
+            }
+            Err(e) => {
+                glog!('E', "cannot open a stream: {e}");
+                let _ = conn.close(true, 1, b"no stream");
+            }
+        }
+    }
+
+    fn on_conn_closed(&mut self, conn: &mut Connection) {
+        let Some(idx) = conn.index() else { return };
+        let Some(t) = self.transfers.remove(&idx) else {
+            return;
+        };
+        let s = self.summary(conn, &t);
+        glog!('I', "{}", stats_line(&s));
+        self.finished.borrow_mut().push(s);
+    }
+
+    fn on_stream_created(&mut self, _conn: &mut Connection, _stream_id: u64) {}
+
+    fn on_stream_readable(&mut self, conn: &mut Connection, stream_id: u64) {
+        // Clients send nothing; discard whatever arrives.
+        let mut buf = [0u8; 4096];
+        while let Ok((n, fin)) = conn.stream_read(stream_id, &mut buf) {
+            if n == 0 || fin {
+                break;
+            }
+        }
+    }
+
+    fn on_stream_writable(&mut self, conn: &mut Connection, stream_id: u64) {
+        self.fill(conn, stream_id);
+    }
+
+    fn on_stream_closed(&mut self, _conn: &mut Connection, _stream_id: u64) {}
+
+    fn on_new_token(&mut self, _conn: &mut Connection, _token: Vec<u8>) {}
+}
+
+/// A self-signed certificate in a private temporary directory, removed on drop.
+struct TempCert {
+    dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl TempCert {
+    fn create() -> anyhow::Result<Self> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let ck = rcgen::generate_simple_self_signed(vec!["tquic-perf".to_string()])
+            .context("cannot generate a self-signed certificate")?;
+        let dir = std::env::temp_dir().join(format!("tquic-perf-cert-{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let me = TempCert {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            dir,
+        };
+        std::fs::write(&me.cert, ck.cert.pem())?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&me.key)?;
+        std::io::Write::write_all(&mut f, ck.key_pair.serialize_pem().as_bytes())?;
+        Ok(me)
+    }
+}
+
+impl Drop for TempCert {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn path_str(p: &Path) -> anyhow::Result<&str> {
+    p.to_str()
+        .with_context(|| format!("path {} is not valid UTF-8", p.display()))
+}
+
+pub fn run(opts: &Opts) -> anyhow::Result<()> {
+    install_signal_handlers()?;
+    let addr: SocketAddr = net::resolve(&opts.host, opts.port)?;
+    let socket = net::udp_socket(addr).map_err(|source| PerfError::Bind { addr, source })?;
+    let socket = Rc::new(socket);
+
+    let temp_cert;
+    let (cert, key) = match (&opts.cert, &opts.key) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            temp_cert = TempCert::create()?;
+            (temp_cert.cert.clone(), temp_cert.key.clone())
+        }
+    };
+    let mut config = net::base_config(opts)?;
+    let tls = TlsConfig::new_server_config(
+        path_str(&cert)?,
+        path_str(&key)?,
+        vec![net::ALPN.to_vec()],
+        false,
+    )
+    .map_err(|e| PerfError::Tls(format!("{e} (cert {}, key {})", cert.display(), key.display())))?;
+    config.set_tls_config(tls);
+
+    let finished = Rc::new(RefCell::new(Vec::new()));
+    let handler = ServerHandler {
+        opts: opts.clone(),
+        block: Bytes::from(vec![0u8; opts.block_size]),
+        transfers: HashMap::new(),
+        finished: finished.clone(),
+    };
+    let sender = Rc::new(SocketSender {
+        socket: socket.clone(),
+        connected: false,
+        error: RefCell::new(None),
+    });
+    let mut endpoint = Endpoint::new(Box::new(config), true, Box::new(handler), sender.clone());
+    glog!(
+        'I',
+        "server listening on {} cc={} latency_factor={} pacing={} window={}",
+        socket.local_addr()?,
+        opts.congestion,
+        opts.latency_factor,
+        opts.pacing,
+        opts.window
+    );
+
+    let mut served = 0usize;
+    net::event_loop(&mut endpoint, &socket, &sender, |ep, io_error| {
+        if let Some(e) = io_error {
+            glog!('W', "socket error: {e}");
+        }
+        let stop = STOP.load(Ordering::SeqCst);
+        if stop {
+            glog!('I', "signal received, closing");
+            // Reports every open connection through on_conn_closed.
+            ep.close(true);
+        }
+        for s in finished.borrow_mut().drain(..) {
+            served += 1;
+            if let Some(path) = &opts.json {
+                report::write_json_atomic(path, &s)?;
+            }
+        }
+        if stop || (opts.once && served > 0) {
+            return Ok(Step::Stop);
+        }
+        Ok(Step::Continue(None))
+    })?;
+    Ok(())
+}
