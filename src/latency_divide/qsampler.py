@@ -2,7 +2,7 @@
 JSON object per line (``{"t_unix": ..., "dev": ..., "qdisc": [...]}``), until SIGTERM.
 
 Standard library only, so the same file runs on a remote testbed node with the system
-python3 (``python3 qsampler.py --dev IF --interval 0.1 --out FILE``). Ticks are scheduled on
+python3 (``python3 qsampler.py --dev IF --interval 0.1 > FILE``). Ticks are scheduled on
 absolute times, so the cadence does not drift with the cost of each ``tc`` call; a tick that
 falls more than one interval behind is skipped (and counted), never bunched.
 """
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dev", required=True, help="interface whose qdiscs are sampled")
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between samples (>0)")
-    ap.add_argument("--out", required=True, help="output file (JSON lines)")
+    ap.add_argument("--out", default="-", help="output file (JSON lines); - for stdout (default)")
     a = ap.parse_args(argv)
     if not a.interval > 0:
         ap.error(f"--interval must be > 0 seconds, got {a.interval}")
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_term)
     skipped = 0
     n = 0
-    with open(a.out, "w", buffering=1) as f:
+    f = sys.stdout if a.out == "-" else open(a.out, "w", buffering=1)
+    with f:
         try:
             sample_once(a.dev)
         except (subprocess.CalledProcessError, json.JSONDecodeError) as e:
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 q = None
             f.write(json.dumps({"t_unix": round(t, 6), "dev": a.dev, "qdisc": q},
                                separators=(",", ":")) + "\n")
+            f.flush()
             n += 1
             next_t += a.interval
     print(f"qsampler stats samples={n} skipped={skipped}", file=sys.stderr, flush=True)

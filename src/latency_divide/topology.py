@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +192,9 @@ class Topology:
     _up: bool = False
     _delayline: Process | None = None
 
+    #: Our processes' files are on this host, so tools may write their own JSON summaries.
+    local_files = True
+
     @property
     def mechanism(self) -> str:
         return self.plan.delay.mechanism
@@ -200,6 +204,22 @@ class Topology:
 
     def runner(self, role: str) -> LocalRunner:
         return LocalRunner(self.ns(role))
+
+    def addr(self, role: str) -> str:
+        """Data-plane address of an end host (the paper's addresses)."""
+        return {"srv": SERVER_ADDR, "cli": CLIENT_ADDR}[role]
+
+    def gateway_egress(self, direction: str) -> str:
+        return GATEWAY_EGRESS[direction]
+
+    def qsampler_argv(self, dev: str, interval_s: float) -> list[str]:
+        """The queue sampler (JSON lines on stdout), run with this Python on this host."""
+        return [sys.executable, "-m", "latency_divide.qsampler", "--dev", dev,
+                "--interval", f"{interval_s:g}"]
+
+    def describe(self) -> dict:
+        return {"kind": "local", "tag": self.tag, "namespaces": [self.ns(r) for r in ROLES],
+                "devices": {"gateway": dict(GATEWAY_EGRESS), "delay": list(DELAY_PORTS)}}
 
     @property
     def owner_file(self) -> Path:

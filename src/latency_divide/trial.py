@@ -111,9 +111,10 @@ def endpoints(direction: str) -> dict[str, str]:
     return {"sender": "cli", "receiver": "srv", "sender_addr": topology.CLIENT_ADDR}
 
 
-def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None) -> list[str]:
+def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
+                sender_addr: str | None = None) -> list[str]:
     ep = endpoints(spec.direction)
-    argv = [binary, "-mode", "server", "-host", ep["sender_addr"], "-port", str(PORT),
+    argv = [binary, "-mode", "server", "-host", sender_addr or ep["sender_addr"], "-port", str(PORT),
             "-congestion", spec.variant.cc]
     if spec.variant.cc == "copa":
         argv += ["-latency_factor", repr(float(spec.variant.delta if spec.variant.delta
@@ -125,10 +126,11 @@ def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None) -> l
     return argv
 
 
-def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None) -> list[str]:
+def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
+                  sender_addr: str | None = None) -> list[str]:
     ep = endpoints(spec.direction)
     dur = spec.duration_s
-    argv = [binary, "-mode", "client", "-host", ep["sender_addr"], "-port", str(PORT),
+    argv = [binary, "-mode", "client", "-host", sender_addr or ep["sender_addr"], "-port", str(PORT),
             "-duration", str(int(dur)) if float(dur).is_integer() else repr(dur),
             "-window", str(spec.tool.window_bytes)]
     if spec.tool.name == "tquic-perf" and json_path:
@@ -138,11 +140,6 @@ def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None) ->
 
 def ping_argv(interval_s: float, target: str = topology.SERVER_ADDR) -> list[str]:
     return ["ping", "-D", "-O", "-n", "-i", f"{interval_s:g}", target]
-
-
-def qsampler_argv(dev: str, interval_s: float, out: str) -> list[str]:
-    return [sys.executable, "-m", "latency_divide.qsampler", "--dev", dev,
-            "--interval", f"{interval_s:g}", "--out", out]
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,15 +261,37 @@ def _complete(text: str) -> bool:
     return parse_tool_log(text).complete
 
 
-def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1,
-              progress=None) -> Path:
+class LocalTestbed:
+    """The default testbed: a fresh four-namespace topology on this host per trial.
+
+    A testbed has two steps: ``check(spec)`` finds everything the trial needs and fails
+    before anything starts (returns facts for meta.json); ``open(spec, plan, log_dir)``
+    returns a context manager (a live topology) that offers ``runner(role)``, ``addr(role)``,
+    ``gateway_egress(direction)``, ``qsampler_argv(dev, interval_s)``, ``qdisc_dump()``,
+    ``stop_delayline()``, ``processes`` (stopped by PID on exit), ``describe()``,
+    ``setup_s``/``teardown_s`` and ``local_files``. The SSH testbed offers the same.
+    """
+
+    kind = "local"
+
+    def check(self, spec: TrialSpec) -> dict:
+        return check_environment(spec)
+
+    def open(self, spec: TrialSpec, plan, log_dir: Path, found: dict):
+        return topology.Topology(plan, delayline_bin=found["delayline"], log_dir=log_dir)
+
+
+def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None) -> Path:
     """Run one trial; return its (complete) directory under ``out_root``."""
-    found = check_environment(spec)
+    testbed = testbed or LocalTestbed()
+    found = testbed.check(spec)
     final = trial_dir(out_root, spec)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}tmp-rep{spec.repetition}-", dir=final.parent))
+    # The owner's PID is in the name, so `clean` can tell an abandoned one from a live one.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}tmp-rep{spec.repetition}-{os.getpid()}-",
+                                dir=final.parent))
     try:
-        meta = _run_in(spec, tmp, found, attempt)
+        meta = _run_in(spec, tmp, found, attempt, testbed)
         write_json_atomic(tmp / "meta.json", meta)
         if final.exists():
             if any(final.iterdir()):
@@ -285,32 +304,34 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1,
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int) -> dict:
+def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
     from .linkplan import make_linkplan
 
     plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
     binary = found["binary"]
     ep = endpoints(spec.direction)
     concurrency = spec.concurrency_hint or live_topologies() + 1
-    started_at = utc_now()
+    timing: dict = {"started_at": utc_now()}
     host_before = host_info()
-    snd_json = str(d / "sender.json") if spec.tool.name == "tquic-perf" else None
-    rcv_json = str(d / "receiver.json") if spec.tool.name == "tquic-perf" else None
-    s_argv = sender_argv(spec, binary, snd_json)
-    r_argv = receiver_argv(spec, binary, rcv_json)
-    p_argv = ping_argv(spec.ping_interval_s)
-    q_dev = topology.GATEWAY_EGRESS[spec.direction]
-    q_argv = qsampler_argv(q_dev, spec.queue_interval_s, str(d / "queue.jsonl"))
-    timing: dict = {"started_at": started_at}
 
-    topo = topology.Topology(plan, delayline_bin=found["delayline"], log_dir=d)
+    topo = testbed.open(spec, plan, d, found)
     with topo:
+        sender_addr = topo.addr(ep["sender"])
+        jsons = topo.local_files and spec.tool.name == "tquic-perf"
+        s_argv = sender_argv(spec, binary, str(d / "sender.json") if jsons else None, sender_addr)
+        r_argv = receiver_argv(spec, binary, str(d / "receiver.json") if jsons else None,
+                               sender_addr)
+        p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
+        q_dev = topo.gateway_egress(spec.direction)
+        q_argv = topo.qsampler_argv(q_dev, spec.queue_interval_s)
+
         qdisc_before = topo.qdisc_dump()
         snd = topo.runner(ep["sender"]).start(s_argv, stdout=d / "sender.log",
                                               stderr=d / "sender.log")
         topo.processes.append(snd)
         _wait_udp_listen(topo.runner(ep["sender"]), PORT, snd)
-        qs = topo.runner("gw").start(q_argv, stderr=d / "qsampler.log")
+        qs = topo.runner("gw").start(q_argv, stdout=d / "queue.jsonl",
+                                     stderr=d / "qsampler.log")
         topo.processes.append(qs)
         ping = topo.runner("cli").start(p_argv, stdout=d / "ping.log", stderr=d / "ping.err")
         topo.processes.append(ping)
@@ -332,9 +353,9 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int) -> dict:
             proc.stop(timeout=3)
         delayline_rc = topo.stop_delayline()
         qdisc_after = topo.qdisc_dump()
-        setup_s = topo.setup_s
+        described = topo.describe()
     timing["ended_at"] = utc_now()
-    timing["setup_s"] = round(setup_s, 3)
+    timing["setup_s"] = round(topo.setup_s, 3)
     timing["teardown_s"] = round(topo.teardown_s, 3)
 
     text = (d / "receiver.log").read_text(errors="replace")
@@ -342,10 +363,9 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int) -> dict:
         tail = " | ".join(text.strip().splitlines()[-3:])
         raise TrialError(f"trial {spec.trial_id}: the receiver exited with code {rc} without a "
                          f"complete summary: {tail}")
-    for f in ("ping.err",):
-        p = d / f
-        if p.exists() and p.stat().st_size == 0:
-            p.unlink()
+    p = d / "ping.err"
+    if p.exists() and p.stat().st_size == 0:
+        p.unlink()
 
     return {
         "format_version": FORMAT_VERSION,
@@ -359,18 +379,16 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int) -> dict:
         "capacity_kbps": plan.shaper(spec.direction).rate_kbit,
         "qfactor": spec.qfactor,
         "linkplan": plan.to_dict(),
-        "linkplan_devices": {"gateway": dict(topology.GATEWAY_EGRESS),
-                             "delay": list(topology.DELAY_PORTS)},
         "delay_mechanism": found["mechanism"],
         "delayline_exit_code": delayline_rc,
         "tool": {"name": spec.tool.name, "path": binary,
-                 "sha256": sha256_file(Path(binary)),
-                 "version": tool_version(spec, Path(binary)),
+                 "sha256": found.get("binary_sha256") or sha256_file(Path(binary)),
+                 "version": found.get("tool_version") or tool_version(spec, Path(binary)),
                  "window_bytes": spec.tool.window_bytes,
                  "sender_node": ep["sender"], "receiver_node": ep["receiver"],
                  "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc},
         "ping": {"argv": p_argv, "interval_s": spec.ping_interval_s, "node": "cli",
-                 "target": topology.SERVER_ADDR},
+                 "target": topo.addr("srv")},
         "queue": {"node": "gw", "dev": q_dev, "interval_s": spec.queue_interval_s,
                   "argv": q_argv},
         "duration_s": spec.duration_s,
@@ -380,21 +398,21 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int) -> dict:
         "concurrency": concurrency,
         "qdisc_before": qdisc_before,
         "qdisc_after": qdisc_after,
-        "offloads": "ethtool -K " + " ".join(topology.OFFLOAD_ARGS) + " on every veth end",
-        "topology": {"tag": topo.tag, "namespaces": [topo.ns(r) for r in topology.ROLES]},
+        "offloads": "ethtool -K IF " + " ".join(topology.OFFLOAD_ARGS) + " on every veth end"
+        if testbed.kind == "local" else found.get("offloads"),
+        "testbed": described,
         "git_revision": git_revision(),
         "config_hash": spec.config_hash,
-        "testbed": {"kind": "local"},
     }
 
 
 def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
-                           log=print) -> Path:
+                           log=print, testbed=None) -> Path:
     """Retry transient failures; never leave a partial trial directory behind."""
     last: Exception | None = None
     for attempt in range(1, retries + 2):
         try:
-            return run_trial(spec, out_root, attempt=attempt)
+            return run_trial(spec, out_root, attempt=attempt, testbed=testbed)
         except EnvironmentError_:
             raise  # not transient
         except (TrialError, CommandError, TimeoutError, LatencyDivideError) as e:
