@@ -132,16 +132,11 @@ def bucket_of(price: float, buckets: Sequence[Bucket]) -> str | None:
     return None
 
 
-def candidates(bucket: Bucket, data: str | Path | None = None):
+def candidates(bucket: Bucket, data: str | Path | None = None) -> list[dict]:
     """One row per household (last-row rule) whose price falls in the bucket, file order."""
     from .households import unique_rows
 
-    rows = unique_rows(data)
-    charge = rows["monthly.charge"]
-    mask = charge >= bucket.min_usd
-    if bucket.max_usd is not None:
-        mask &= charge < bucket.max_usd
-    return rows[mask]
+    return [row for row in unique_rows(data).values() if bucket.contains(row["monthly.charge"])]
 
 
 def sample_bucket(bucket: Bucket, n: int, seed: int, data: str | Path | None = None) -> list[int]:
@@ -156,7 +151,7 @@ def sample_bucket(bucket: Bucket, n: int, seed: int, data: str | Path | None = N
             f"bucket {bucket.name!r} {bucket.interval()} has {len(rows)} households;"
             f" cannot sample {n} without duplicates"
         )
-    weights = rows["weight"].to_numpy(dtype=float)
+    weights = np.array([row["weight"] for row in rows], dtype=float)
     if not np.all(weights > 0) or not np.all(np.isfinite(weights)):
         raise ConfigError(f"bucket {bucket.name!r}: the data set has non-positive weights")
     rng = np.random.default_rng(seed)
@@ -165,8 +160,7 @@ def sample_bucket(bucket: Bucket, n: int, seed: int, data: str | Path | None = N
     with np.errstate(divide="ignore"):
         keys = np.log(u) / weights
     order = np.argsort(-keys, kind="stable")[:n]
-    ids = rows["unit_id"].to_numpy()
-    return [int(ids[i]) for i in order]
+    return [int(rows[i]["unit_id"]) for i in order]
 
 
 def check_ids_in_bucket(bucket: Bucket, ids: Sequence[int], data: str | Path | None = None) -> None:
@@ -179,14 +173,14 @@ def check_ids_in_bucket(bucket: Bucket, ids: Sequence[int], data: str | Path | N
         if hid in seen:
             raise ConfigError(f"households.buckets {bucket.name!r}: household ID {hid} is listed twice")
         seen.add(hid)
-        if hid not in rows.index:
+        if hid not in rows:
             from .households import _suggest
 
             raise ConfigError(
                 f"households.buckets {bucket.name!r}: unknown household ID {hid};"
                 f" valid IDs near it: {', '.join(map(str, _suggest(hid, data)))}"
             )
-        price = float(rows.loc[hid, "monthly.charge"])
+        price = rows[hid]["monthly.charge"]
         if not bucket.contains(price):
             raise ConfigError(
                 f"households.buckets {bucket.name!r}: household ID {hid} costs ${price:.2f},"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 from .errors import LatencyDivideError
@@ -142,23 +143,55 @@ def _trial(args) -> int:
 def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="also remove namespaces whose owning process is still running")
+    p.add_argument("--results", default="results/raw",
+                   help="raw results directory whose abandoned temporary trial directories "
+                   "are removed (default results/raw)")
 
 
 def _clean(args) -> int:
     from .clean import clean
 
-    rep = clean(force=args.force)
+    rep = clean(force=args.force, results=Path(args.results))
     for ns in rep.removed:
         print(f"removed namespace {ns}")
     for ns in rep.in_use:
         print(f"kept {ns}: its owner is still running (use --force to remove)")
     for r in rep.records_removed:
         print(f"removed stale owner record {r}")
-    if not (rep.removed or rep.in_use or rep.records_removed):
+    for d in rep.tmp_removed:
+        print(f"removed abandoned temporary trial directory {d}")
+    if not (rep.removed or rep.in_use or rep.records_removed or rep.tmp_removed):
         print("nothing to clean")
     for e in rep.errors:
         print(f"error: {e}", file=sys.stderr)
     return 1 if rep.errors else 0
+
+
+def _summarize_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trial_dir", help="a trial directory (results/raw/HOUSEHOLD/DIRECTION/VARIANT/repR)")
+    p.add_argument("--json", action="store_true", help="print the row as JSON")
+
+
+def _summarize(args) -> int:
+    from .tables import format_row, row_jsonable, summarize_trial
+
+    row = summarize_trial(args.trial_dir)
+    print(json.dumps(row_jsonable(row), indent=2) if args.json else format_row(row))
+    return 0
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("figure", help="a figure (results/figures/NAME.pdf) or its .provenance.json")
+    p.add_argument("--root", default=".", help="directory the recorded relative paths are "
+                   "relative to (default: the current directory)")
+
+
+def _trace(args) -> int:
+    from .provenance import format_trace, verify
+
+    res = verify(args.figure, root=args.root)
+    print(format_trace(res))
+    return 0 if res.ok else 2
 
 
 class Command(NamedTuple):
@@ -171,6 +204,8 @@ COMMANDS: dict[str, Command] = {
     "household": Command("show one household's link profile", _household_args, _household),
     "sample": Command("draw households of a price bucket (weighted, seeded)", _sample_args, _sample),
     "linkplan": Command("print the tc/delay commands for a household", _linkplan_args, _linkplan),
+    "summarize": Command("print one trial's row of the trials table", _summarize_args, _summarize),
+    "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
     "trial": Command("run one trial on the local testbed (network namespaces)", _trial_args, _trial),
     "clean": Command("remove our namespaces and processes left by a killed run", _clean_args,
                      _clean),

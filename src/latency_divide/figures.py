@@ -125,15 +125,20 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
 # time series of one household
 
 
-def pick_household(trials: pd.DataFrame, household: int | None) -> int:
-    """The household of the time-series panel: the given one, else the first in the table."""
+def pick_household(trials: pd.DataFrame, household: int | None,
+                   order: Sequence[int] | None = None) -> int:
+    """The household of the time-series panel: the given one (it must have a valid trial), else
+    the first of ``order`` (the configured households) with a valid trial, else the lowest ID."""
     ids = sorted(int(x) for x in trials["household_id"].unique())
-    if household is None:
-        return ids[0]
-    if int(household) not in ids:
-        raise FigureError(f"timeseries household {household} has no valid trial; households "
-                          f"with trials: {', '.join(map(str, ids))}")
-    return int(household)
+    if household is not None:
+        if int(household) not in ids:
+            raise FigureError(f"timeseries household {household} has no valid trial; households "
+                              f"with trials: {', '.join(map(str, ids))}")
+        return int(household)
+    for h in order or ():
+        if int(h) in ids:
+            return int(h)
+    return ids[0]
 
 
 def timeseries_frame(ts: dict[str, pd.DataFrame], trials: pd.DataFrame,
@@ -271,7 +276,8 @@ def save(plot, pdf: Path | str, png: Path | str | None = None, width: float = WI
     return written
 
 
-def make_figure(name: str, tables_dir: Path | str, household: int | None = None):
+def make_figure(name: str, tables_dir: Path | str, household: int | None = None,
+                household_order: Sequence[int] | None = None):
     """(plot, trials used) for figure ``name`` from the tables under ``tables_dir``."""
     from .tables import read_table
 
@@ -286,7 +292,7 @@ def make_figure(name: str, tables_dir: Path | str, household: int | None = None)
         return self_delay_plot(ping, trials), trials, [tdir / "trials.parquet",
                                                       tdir / "timeseries" / "ping.parquet"]
     if name == "timeseries":
-        hh = pick_household(trials, household)
+        hh = pick_household(trials, household, household_order)
         ts = {n: read_table(tdir / "timeseries" / f"{n}.parquet", n)
               for n in ("ping", "queue", "throughput")}
         used = trials[trials["household_id"] == hh]
@@ -301,11 +307,12 @@ def make_figure(name: str, tables_dir: Path | str, household: int | None = None)
 
 def build_figure(name: str, tables_dir: Path | str, pdf: Path | str, png: Path | str,
                  sidecar: Path | str, config: dict | None = None,
-                 household: int | None = None) -> dict:
+                 household: int | None = None,
+                 household_order: Sequence[int] | None = None) -> dict:
     """Draw figure ``name`` from the tables and write PDF, PNG and the provenance sidecar."""
     from .provenance import build_sidecar, write_sidecar
 
-    plot, used, tables = make_figure(name, tables_dir, household)
+    plot, used, tables = make_figure(name, tables_dir, household, household_order)
     height = 6.0 if name in ("timeseries", "self_delay") else HEIGHT_IN
     outputs = save(plot, pdf, png, height=height)
     rec = build_sidecar(pdf, outputs, used, tables=tables, config=config)

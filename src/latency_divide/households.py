@@ -14,6 +14,7 @@ Unit conversions (the data set's units -> ours):
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
@@ -22,11 +23,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-import pandas as pd
-
 from .errors import HouseholdError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from .buckets import Bucket
 
 #: The vendored data set (the package is installed editable from the repository).
@@ -34,23 +35,23 @@ DEFAULT_DATA = (
     Path(__file__).resolve().parents[2] / "resources" / "digitaldivide" / "household-internet-data.csv"
 )
 
-#: Columns we read, and the dtype each must have after parsing.
+#: Columns we read, and how each is parsed.
 _COLUMNS = {
-    "unit_id": "int",
-    "technology": "str",
-    "isp": "str",
-    "state": "str",
-    "year": "int",
-    "advertised.down": "float",
-    "advertised.up": "float",
-    "medianUp": "float",
-    "medianDown": "float",
-    "medianLatency": "float",
-    "medianJitterUp": "float",
-    "medianJitterDown": "float",
-    "medianLoss": "float",
-    "monthly.charge": "float",
-    "weight": "float",
+    "unit_id": int,
+    "technology": str,
+    "isp": str,
+    "state": str,
+    "year": int,
+    "advertised.down": float,
+    "advertised.up": float,
+    "medianUp": float,
+    "medianDown": float,
+    "medianLatency": float,
+    "medianJitterUp": float,
+    "medianJitterDown": float,
+    "medianLoss": float,
+    "monthly.charge": float,
+    "weight": float,
 }
 
 
@@ -131,44 +132,55 @@ def _data_path(data: str | Path | None) -> Path:
     return Path(data) if data is not None else DEFAULT_DATA
 
 
+# The data set is read with the csv module rather than pandas: a workflow job looks up one
+# household, and importing pandas costs seconds per job on a busy machine, more than the
+# whole lookup. Rows are dicts keyed by the CSV's column names, values typed per _COLUMNS.
+
+
+@dataclass(frozen=True)
+class _Data:
+    rows: tuple[dict, ...]  # every row, file order
+    last: dict[int, dict]  # unit_id -> its last row; dict order = file order of those rows
+
+
 @functools.lru_cache(maxsize=4)
-def _load(path: Path) -> pd.DataFrame:
+def _load(path: Path) -> _Data:
     if not path.is_file():
         raise HouseholdError(f"household data set not found: {path}")
-    df = pd.read_csv(path)
-    missing = [c for c in _COLUMNS if c not in df.columns]
-    if missing:
-        raise HouseholdError(f"household data set {path} lacks columns {missing}")
-    df = df[list(_COLUMNS)].copy()
-    for col, kind in _COLUMNS.items():
-        if kind == "int" and not pd.api.types.is_integer_dtype(df[col]):
-            raise HouseholdError(f"column {col!r} of {path} is not integer")
-        if kind == "float":
-            df[col] = df[col].astype("float64")
-    if df["unit_id"].lt(0).any():
-        raise HouseholdError(f"negative unit_id in {path}")
-    return df
+    rows = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in _COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise HouseholdError(f"household data set {path} lacks columns {missing}")
+        for lineno, raw in enumerate(reader, start=2):
+            try:
+                row = {c: kind(raw[c]) for c, kind in _COLUMNS.items()}
+            except (TypeError, ValueError) as e:
+                raise HouseholdError(f"{path}:{lineno}: unreadable value ({e})") from e
+            if row["unit_id"] < 0:
+                raise HouseholdError(f"{path}:{lineno}: negative unit_id {row['unit_id']}")
+            rows.append(row)
+    positions = {}
+    for i, row in enumerate(rows):
+        positions[row["unit_id"]] = i  # later rows overwrite: the last one wins
+    last = {rows[i]["unit_id"]: rows[i] for i in sorted(positions.values())}
+    return _Data(tuple(rows), last)
 
 
-def load_rows(data: str | Path | None = None) -> pd.DataFrame:
-    """Every row of the data set (cached; do not modify the returned frame)."""
-    return _load(_data_path(data).resolve())
+def load_rows(data: str | Path | None = None) -> tuple[dict, ...]:
+    """Every row of the data set, in file order (cached; do not modify)."""
+    return _load(_data_path(data).resolve()).rows
 
 
-@functools.lru_cache(maxsize=4)
-def _last(path: Path) -> pd.DataFrame:
-    df = _load(path)
-    return df.drop_duplicates("unit_id", keep="last").set_index("unit_id", drop=False)
-
-
-def unique_rows(data: str | Path | None = None) -> pd.DataFrame:
-    """One row per household (the last one in file order), indexed by unit_id, in file order
-    of those last rows (cached; do not modify the returned frame)."""
-    return _last(_data_path(data).resolve())
+def unique_rows(data: str | Path | None = None) -> dict[int, dict]:
+    """One row per household, the last one in file order: unit_id -> row, ordered by the file
+    position of those last rows (cached; do not modify)."""
+    return _load(_data_path(data).resolve()).last
 
 
 def valid_ids(data: str | Path | None = None) -> list[int]:
-    return [int(i) for i in unique_rows(data).index]
+    return list(unique_rows(data))
 
 
 def parse_household_id(value) -> int:
@@ -235,12 +247,12 @@ def get_household(
     """
     hid = parse_household_id(household_id)
     table = unique_rows(data)
-    if hid not in table.index:
+    if hid not in table:
         raise HouseholdError(
             f"unknown household ID {hid}: not in {_data_path(data).name};"
             f" valid IDs near it: {', '.join(map(str, _suggest(hid, data)))}"
         )
-    return _record(table.loc[hid], buckets)
+    return _record(table[hid], buckets)
 
 
 def get_households(
@@ -249,8 +261,10 @@ def get_households(
     return [get_household(i, buckets, data) for i in ids]
 
 
-def households_frame(records: Iterable[Household]) -> pd.DataFrame:
+def households_frame(records: Iterable[Household]) -> "pd.DataFrame":
     """One row per household, one column per record field (in field order)."""
+    import pandas as pd
+
     cols = [f.name for f in fields(Household)]
     df = pd.DataFrame([r.to_dict() for r in records], columns=cols)
     df["price_bucket"] = df["price_bucket"].astype("string")
@@ -293,7 +307,7 @@ def read_record(path: str | Path) -> Household:
 TABLE_NAME = "households"
 
 
-def write_table(records: Sequence[Household], out: str | Path) -> pd.DataFrame:
+def write_table(records: Sequence[Household], out: str | Path) -> "pd.DataFrame":
     """results/tables/households.parquet: one row per household, every record field."""
     import pyarrow as pa
     import pyarrow.parquet as pq

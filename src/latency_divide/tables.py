@@ -550,3 +550,36 @@ def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str) -> Table
         write_table(getattr(t, name), out / "timeseries" / f"{name}.parquet", name)
     write_table(summary(t.trials), out / "summary.parquet", "summary")
     return t
+
+
+# ---------------------------------------------------------------------------------------------
+# `latency-divide summarize`
+
+
+def row_jsonable(row: dict) -> dict:
+    """A trials-table row with JSON types (timestamps ISO 8601, NaN -> null)."""
+    out = {}
+    for k in TRIALS_SCHEMA.names:
+        v = row.get(k)
+        if isinstance(v, pd.Timestamp):
+            v = None if pd.isna(v) else v.isoformat().replace("+00:00", "Z")
+        elif isinstance(v, (float, np.floating)):
+            v = None if math.isnan(v) else float(v)
+        elif isinstance(v, np.integer):
+            v = int(v)
+        elif v is pd.NaT:
+            v = None
+        out[k] = v
+    return out
+
+
+def format_row(row: dict) -> str:
+    """One trial's row, one ``column: value`` per line (units are in the column names)."""
+    rec = row_jsonable(row)
+    width = max(len(k) for k in rec)
+    lines = []
+    for k, v in rec.items():
+        if isinstance(v, float):
+            v = f"{v:.6g}" if k not in ("transfer_start_unix", "transfer_end_unix") else f"{v:.6f}"
+        lines.append(f"{k:<{width}}  {'-' if v is None else v}")
+    return "\n".join(lines)

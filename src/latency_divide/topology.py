@@ -259,9 +259,13 @@ class Topology:
                 text = log.read_text(errors="replace") if log and log.exists() else ""
                 raise LatencyDivideError(f"delay line exited at start (code {proc.poll()}): "
                                          f"{text.strip()[-400:]}")
-            if log is None or "delayline ready" in log.read_text(errors="replace"):
-                if log is None:
-                    time.sleep(0.3)
+            if log is None:
+                # No log to read the ready line from: give it a moment, then it must be alive.
+                time.sleep(0.3)
+                if proc.poll() is None:
+                    return
+                continue
+            if "delayline ready" in log.read_text(errors="replace"):
                 return
             time.sleep(0.02)
         raise LatencyDivideError("delay line did not report 'delayline ready' within 5 s")

@@ -70,8 +70,20 @@ pub struct Direction {
     /// Largest frame the egress interface can send.
     pub max_frame_bytes: usize,
     pub spin: Duration,
+    /// SCHED_FIFO priority of both threads; 0 = normal scheduling.
+    pub rt_priority: u8,
     pub shared: Arc<Shared>,
     pub counters: Arc<DirCounters>,
+}
+
+/// Real-time scheduling for a bridge thread, with a warning if the kernel refuses.
+fn realtime(name: &str, priority: u8) {
+    if let Err(e) = timing::set_realtime(priority) {
+        eprintln!(
+            "delayline: warning: {name}: SCHED_FIFO priority {priority} refused ({e}); \
+             using the normal scheduler (releases may be late on a busy host)"
+        );
+    }
 }
 
 fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
@@ -231,18 +243,25 @@ impl Direction {
             delay,
             max_frame_bytes,
             spin,
+            rt_priority,
             shared,
             counters,
         } = self;
         let (s, c) = (shared.clone(), counters.clone());
         let rx = std::thread::Builder::new()
             .name(format!("rx {name}"))
-            .spawn(move || rx_loop(name, rx, delay, max_frame_bytes, s, c))
+            .spawn(move || {
+                realtime(name, rt_priority);
+                rx_loop(name, rx, delay, max_frame_bytes, s, c)
+            })
             .context("spawning an rx thread")?;
         let (s, c) = (shared.clone(), counters.clone());
         let tx = std::thread::Builder::new()
             .name(format!("tx {name}"))
-            .spawn(move || tx_loop(name, tx, spin, s, c))
+            .spawn(move || {
+                realtime(name, rt_priority);
+                tx_loop(name, tx, spin, s, c)
+            })
             .context("spawning a tx thread")?;
         Ok(Running {
             name,

@@ -57,6 +57,13 @@ pub struct Opts {
     /// (0..=10000); trades CPU for timer wake-up jitter.
     #[arg(long, value_name = "US", default_value = "50", value_parser = parse_spin_us)]
     pub spin_us: Duration,
+
+    /// SCHED_FIFO priority of the bridge threads (1..=99), so other busy processes on the
+    /// host do not delay releases; 0 keeps the normal scheduler. If the kernel refuses,
+    /// delayline warns and runs with the normal scheduler.
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub rt_priority: u8,
 }
 
 impl Opts {
@@ -194,5 +201,16 @@ mod tests {
         .is_err());
         assert!(parse_spin_us("10001").is_err());
         assert_eq!(parse_spin_us("0").unwrap(), Duration::ZERO);
+        assert!(parse(&[
+            "--iface-a",
+            "x",
+            "--iface-b",
+            "y",
+            "--delay-ms",
+            "1",
+            "--rt-priority",
+            "100"
+        ])
+        .is_err());
     }
 }

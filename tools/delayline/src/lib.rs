@@ -114,19 +114,21 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         delay,
         max_frame_bytes: frame::max_frame_bytes(out.mtu),
         spin: opts.spin_us,
+        rt_priority: opts.rt_priority,
         shared: Arc::new(Shared::new(limit)),
         counters: Arc::new(DirCounters::default()),
     };
     let ab = dir("a->b", rx_a, tx_b, delay_ab, &b).start()?;
     let ba = dir("b->a", rx_b, tx_a, delay_ba, &a).start()?;
     eprintln!(
-        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={}",
+        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={}",
         a.name,
         b.name,
         ms(delay_ab),
         ms(delay_ba),
         opts.limit,
-        opts.spin_us.as_micros()
+        opts.spin_us.as_micros(),
+        opts.rt_priority
     );
 
     let mut signal = None;
@@ -141,6 +143,7 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         format_version: 1,
         limit: opts.limit,
         spin_us: opts.spin_us.as_micros() as u64,
+        rt_priority: opts.rt_priority,
         a_to_b: DirReport::from_counters(
             &a.name,
             &b.name,

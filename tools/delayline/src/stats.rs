@@ -170,6 +170,7 @@ pub struct Report {
     pub format_version: u32,
     pub limit: u32,
     pub spin_us: u64,
+    pub rt_priority: u8,
     pub a_to_b: DirReport,
     pub b_to_a: DirReport,
 }
@@ -262,6 +263,7 @@ mod tests {
             format_version: 1,
             limit: 5,
             spin_us: 50,
+            rt_priority: 10,
             a_to_b: a,
             b_to_a: b,
         };

@@ -21,6 +21,22 @@ pub fn tighten_timer_slack() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
+/// Puts the calling thread in SCHED_FIFO at `priority` (1..=99); 0 leaves it alone.
+pub fn set_realtime(priority: u8) -> std::io::Result<()> {
+    if priority == 0 {
+        return Ok(());
+    }
+    let param = libc::sched_param {
+        sched_priority: priority as libc::c_int,
+    };
+    // SAFETY: valid sched_param for the calling thread.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`: kernel sleep until
 /// `deadline_ns - spin`, then busy-wait. Returns at once if the deadline has passed.
 pub fn sleep_until(deadline_ns: u64, spin: Duration) {

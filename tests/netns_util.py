@@ -1,0 +1,20 @@
+"""Helpers for tests that need root and network namespaces."""
+
+import os
+import shutil
+
+import pytest
+
+from latency_divide import topology
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+
+
+def our_namespaces(tag: str) -> list[str]:
+    return [n for n in topology.existing_namespaces() if n.startswith(f"ld-{tag}-")]
+
+
+def require_programs(*names: str) -> None:
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        pytest.fail(f"missing programs {missing}: run scripts/setup.sh (the project installs them)")

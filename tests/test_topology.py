@@ -1,0 +1,135 @@
+"""The four-namespace topology: names, commands, real setup/teardown, idle RTT fidelity,
+and the clean command's precision (only our leftovers, only dead owners, idempotent)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from latency_divide import PREFIX, topology
+from latency_divide.clean import clean
+from latency_divide.households import get_household
+from latency_divide.linkplan import make_linkplan
+from latency_divide.parsers.ping import parse_ping
+from latency_divide.runners import LocalRunner
+from latency_divide.trial import repo_root
+
+from netns_util import needs_root, our_namespaces, require_programs
+
+DELAYLINE = repo_root() / "target" / "release" / "delayline"
+
+
+def test_names_carry_prefix_and_fit_linux_limits():
+    tag = topology.new_tag()
+    for role in topology.ROLES:
+        name = topology.ns_name(tag, role)
+        assert name.startswith(PREFIX) and topology.parse_ns_name(name) == (tag, role)
+    for pair in topology.LINKS:
+        for _, ifname in pair:
+            assert ifname.startswith("ld") and len(ifname) <= 15
+    assert topology.parse_ns_name("ld-zz-srv") is None          # tag not hex
+    assert topology.parse_ns_name("other-abc123-srv") is None   # not ours
+    assert topology.parse_ns_name("ld-abc123-web") is None      # not one of our roles
+
+
+def test_setup_commands_are_argv_lists_with_paper_addresses():
+    cmds = topology.setup_commands("abc123", "netem")
+    assert all(isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+               for _, argv in cmds)
+    flat = [" ".join(a) for _, a in cmds]
+    assert "ip addr add 10.10.1.1/24 dev ld-s0" in flat
+    assert "ip addr add 10.10.2.2/24 dev ld-c0" in flat
+    assert any(a.startswith("ip link add ld-br0 type bridge") for a in flat)
+    assert not any("bridge" in a for a in (" ".join(x) for _, x in
+                                           topology.setup_commands("abc123", "delayline")))
+    with pytest.raises(ValueError, match="delay mechanism 'tc'"):
+        topology.setup_commands("abc123", "tc")
+
+
+def test_link_commands_put_each_direction_on_its_egress():
+    plan = make_linkplan(get_household(11406), 2.0, mechanism="netem")
+    cmds = topology.link_commands(plan)
+    gw = [" ".join(a) for node, a in cmds if node == "gw"]
+    assert any("dev ld-gs" in c and "rate 1150kbit" in c for c in gw)   # uplink toward server
+    assert any("dev ld-gc" in c and "rate 3498kbit" in c for c in gw)   # downlink toward client
+    assert sum(1 for node, a in cmds if node == "dly") == 2             # netem on both ports
+
+
+def _ping(runner, target, count=20, interval=0.05):
+    res = runner.run(["ping", "-D", "-n", "-c", str(count), "-i", str(interval), target],
+                     timeout=count * interval + 15)
+    return parse_ping(res.stdout)
+
+
+@needs_root
+@pytest.mark.netns
+@pytest.mark.parametrize("household", [11406, 10232, 9747, 8268])
+def test_idle_rtt_matches_household_within_1ms(household):
+    """Fidelity: the idle RTT across the topology is the household's RTT (+ <1 ms)."""
+    require_programs("ping", "ethtool", "tc")
+    mechanism = topology.resolve_delay_mechanism("auto")
+    h = get_household(household)
+    plan = make_linkplan(h, 2.0, mechanism=mechanism)
+    topo = topology.Topology(plan, delayline_bin=str(DELAYLINE))
+    with topo:
+        assert topo.setup_s < 2.0, f"setup took {topo.setup_s:.2f} s"
+        _ping(topo.runner("cli"), topology.SERVER_ADDR, count=3)   # ARP warm-up
+        rtts = _ping(topo.runner("cli"), topology.SERVER_ADDR)["rtt_ms"].dropna()
+        assert len(rtts) >= 18
+        err = rtts.median() - h.rtt_ms
+        assert -0.2 <= err <= 1.0, f"median idle RTT {rtts.median():.3f} ms vs {h.rtt_ms} ms"
+    assert topo.teardown_s < 2.0, f"teardown took {topo.teardown_s:.2f} s"
+    assert our_namespaces(topo.tag) == []
+
+
+@needs_root
+@pytest.mark.netns
+def test_teardown_removes_everything_even_after_a_failure():
+    plan = make_linkplan(get_household(11406), 2.0, mechanism="delayline")
+    topo = topology.Topology(plan, delayline_bin="/nonexistent/delayline")
+    with pytest.raises(Exception):
+        with topo:
+            pass
+    assert our_namespaces(topo.tag) == []
+    assert not topo.owner_file.exists()
+
+
+@needs_root
+@pytest.mark.netns
+def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
+    # A topology whose owner dies without tearing down: a child process builds it, then
+    # is SIGKILLed. Another, owned by this (live) process, must be kept.
+    code = (
+        "import os, sys, time\n"
+        "from latency_divide import topology\n"
+        "from latency_divide.households import get_household\n"
+        "from latency_divide.linkplan import make_linkplan\n"
+        "t = topology.Topology(make_linkplan(get_household(11406), 2.0, mechanism='delayline'))\n"
+        "t._start_delayline = lambda: None\n"
+        "t.up(); print(t.tag, flush=True); time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    dead_tag = child.stdout.readline().strip()
+    child.kill()
+    child.wait()
+    assert len(our_namespaces(dead_tag)) == 4
+
+    live = topology.Topology(make_linkplan(get_household(11406), 2.0, mechanism="delayline"))
+    live._start_delayline = lambda: None
+    try:
+        live.up()
+        out = subprocess.run([str(repo_root() / ".venv/bin/latency-divide"), "clean"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert our_namespaces(dead_tag) == []
+        assert len(our_namespaces(live.tag)) == 4, "clean removed a live owner's namespaces"
+        assert f"removed namespace ld-{dead_tag}-srv" in out.stdout
+        again = clean()
+        assert not any(n.startswith(f"ld-{dead_tag}") for n in again.removed)
+        assert again.errors == []
+    finally:
+        live.down()
+    assert our_namespaces(live.tag) == []

@@ -1,0 +1,180 @@
+"""Real trials on the local testbed (network namespaces, htb+bfifo, the delay line or netem,
+our QUIC tool): fidelity of the emulated link, the raw layout, and the workflow's trial stage
+including a run killed midway, cleaned up and resumed."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from latency_divide import topology
+from latency_divide.config import ToolSettings, Variant
+from latency_divide.households import get_household
+from latency_divide.parsers.ping import parse_ping
+from latency_divide.parsers.queue import parse_queue
+from latency_divide.parsers.tool import parse_tool_log
+from latency_divide.trial import TrialSpec, repo_root, run_trial
+
+from netns_util import needs_root
+
+pytestmark = [needs_root, pytest.mark.netns]
+
+ROOT = repo_root()
+VENV_BIN = ROOT / ".venv" / "bin"
+BIG_WINDOW = 16 * 1024 * 1024  # flow control out of the way: the link is the bottleneck
+EXPECTED_FILES = {"meta.json", "receiver.log", "sender.log", "ping.log", "queue.jsonl"}
+
+
+def _cubic(household, direction="downlink", duration=8.0, window=BIG_WINDOW):
+    return TrialSpec(household=get_household(household), direction=direction,
+                     variant=Variant(name="cubic", cc="cubic"), duration_s=duration, idle_s=2.0,
+                     tool=ToolSettings(name="tquic-perf", path=None, window_bytes=window))
+
+
+def _metrics(d: Path) -> dict:
+    meta = json.loads((d / "meta.json").read_text())
+    tool = parse_tool_log((d / "receiver.log").read_text())
+    ping = parse_ping((d / "ping.log").read_text())
+    t0 = meta["timing"]["transfer_started_unix"]
+    idle = ping[(ping.t_unix < t0) & (ping.t_unix > t0 - meta["idle_s"] + 0.5)]["rtt_ms"]
+    queue = parse_queue((d / "queue.jsonl").read_text())
+    limit = meta["linkplan"][meta["direction"]]["queue_bytes"]
+    return {"meta": meta, "goodput_kbps": tool.goodput_kbps,
+            "capacity_kbps": meta["capacity_kbps"], "idle_rtt_ms": idle.min(),
+            "queue_max_bytes": queue["backlog_bytes"].max(), "queue_limit_bytes": limit,
+            "drops": int(queue["drops"].sum())}
+
+
+@pytest.mark.parametrize("household", [11406, 8268], ids=["slow-3.5Mbit", "fast-37Mbit"])
+def test_cubic_fills_the_link_and_its_queue(tmp_path, household):
+    """Fidelity: Cubic gets >= 90% of the configured rate, the bfifo fills to within 10% of
+    its limit, the idle RTT is the household's RTT within 1 ms, nothing is left behind."""
+    d = run_trial(_cubic(household), tmp_path)
+    assert EXPECTED_FILES <= {p.name for p in d.iterdir()}
+    m = _metrics(d)
+    h = get_household(household)
+    assert m["capacity_kbps"] == h.download_kbps
+    assert m["goodput_kbps"] >= 0.9 * m["capacity_kbps"], m
+    assert m["queue_max_bytes"] >= 0.9 * m["queue_limit_bytes"], m
+    assert abs(m["idle_rtt_ms"] - h.rtt_ms) <= 1.0, m
+    assert m["meta"]["delay_mechanism"] == topology.resolve_delay_mechanism("auto")
+    assert not [n for n in topology.existing_namespaces()
+                if n.startswith(f"ld-{m['meta']['testbed']['tag']}-")]
+
+
+def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
+    spec = TrialSpec(household=get_household(9747), direction="uplink",
+                     variant=Variant(name="copa-0.5", cc="copa", delta=0.5), duration_s=4,
+                     idle_s=1.0)
+    d = run_trial(spec, tmp_path)
+    assert d == tmp_path / "9747" / "uplink" / "copa-0.5" / "rep1"
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["tool"]["sender_node"] == "cli" and meta["tool"]["receiver_node"] == "srv"
+    assert meta["tool"]["sender_argv"][meta["tool"]["sender_argv"].index("-host") + 1] == \
+        topology.CLIENT_ADDR
+    assert "-latency_factor" in meta["tool"]["sender_argv"]
+    assert meta["capacity_kbps"] == get_household(9747).upload_kbps
+    assert meta["queue"]["dev"] == topology.GATEWAY_EGRESS["uplink"]
+    for key in ("household", "linkplan", "variant", "tool", "host", "delay_mechanism",
+                "qdisc_before", "qdisc_after", "timing", "concurrency", "git_revision",
+                "config_hash", "format_version"):
+        assert key in meta, key
+    assert meta["host"]["kernel"] == os.uname().release
+    gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
+    assert {"htb", "bfifo"} <= gw_kinds
+    assert parse_tool_log((d / "receiver.log").read_text()).complete
+    # nothing but the final directory in the parent: the temporary one was renamed
+    assert [p.name for p in d.parent.iterdir()] == ["rep1"]
+
+
+def test_failed_trial_leaves_no_directory(tmp_path):
+    spec = _cubic(11406, duration=2.0)
+    bad = TrialSpec(**{**spec.__dict__, "tool": ToolSettings(
+        name="tquic-perf", path=str(ROOT / "target" / "release" / "delayline"),
+        window_bytes=65536)})  # a binary that is not a traffic tool: the sender never listens
+    with pytest.raises(Exception):
+        run_trial(bad, tmp_path)
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_dir() and p.name.startswith(("rep", ".ld"))]
+    assert leftovers == []
+
+
+# ------------------------------------------------------------------------------------------
+# the workflow: tiny config, killed midway, cleaned, resumed
+# ------------------------------------------------------------------------------------------
+
+def _workflow_copy(dst: Path) -> Path:
+    for item in ("Snakefile", "rules", "workflow", "config", "envs", "resources"):
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, dst / item)
+        else:
+            shutil.copy2(src, dst / item)
+    return dst
+
+
+def _config(dst: Path, **trial) -> Path:
+    cfg = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    cfg["households"]["buckets"] = [cfg["households"]["buckets"][0]]  # one household
+    cfg["variants"] = [{"name": "cubic", "cc": "cubic"}]
+    cfg["trial"].update(trial)
+    p = dst / "config" / "kill.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
+    wf = _workflow_copy(tmp_path)
+    cfg = _config(wf, duration_s=4, idle_s=1)
+    hh = yaml.safe_load(cfg.read_text())["households"]["buckets"][0]["ids"][0]
+    metas = [wf / "results" / "raw" / str(hh) / d / "cubic" / "rep1" / "meta.json"
+             for d in ("uplink", "downlink")]
+    cmd = [str(VENV_BIN / "snakemake"), "--cores", "1", "--configfile", str(cfg), "all"]
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    proc = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(m.exists() for m in metas):   # first trial complete
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "first trial did not finish in 120 s"
+            time.sleep(0.2)
+        first = next(m for m in metas if m.exists())
+        second = next(m for m in metas if m != first)
+        while not list(second.parent.parent.glob(".ld-tmp-*")):  # second trial under way
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "second trial did not start"
+            time.sleep(0.05)
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGKILL)   # the worst case: no handler runs
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    first_mtime = first.stat().st_mtime_ns
+    assert not second.exists()
+
+    # the killed trial left namespaces (owner dead) and its temporary directory: clean both
+    out = subprocess.run([str(VENV_BIN / "latency-divide"), "clean", "--results",
+                          str(wf / "results" / "raw")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "removed namespace" in out.stdout
+    assert not list((wf / "results" / "raw").rglob(".ld-tmp-*"))
+    again = subprocess.run([str(VENV_BIN / "latency-divide"), "clean", "--results",
+                            str(wf / "results" / "raw")], capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and "removed" not in again.stdout
+
+    subprocess.run([str(VENV_BIN / "snakemake"), "--unlock", "--cores", "1",
+                    "--configfile", str(cfg)], cwd=wf, env=env, check=True, capture_output=True)
+    res = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert second.exists()
+    assert first.stat().st_mtime_ns == first_mtime, "a completed trial was redone"
+    assert "trial 2 of 2" in res.stderr
+    assert "ETA" in res.stderr
