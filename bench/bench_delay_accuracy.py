@@ -5,8 +5,8 @@ Topology (real network namespaces, created here and removed in `finally`):
     A (10.99.0.1) --veth-- D --veth-- B (10.99.0.2)
 
 D bridges its two veth ends at layer 2: with a kernel bridge for the baseline, with
-`delayline` for the measurements. For each one-way delay d it pings A -> B (`ping -i
-INTERVAL -c COUNT`) while the path is idle and while a UDP flow of RATE Mbit/s of 1514-byte
+`delayline` for the measurements. For each one-way delay d it pings A -> B (ICMP echo every
+INTERVAL s, COUNT requests, RTT from kernel receive timestamps; see PINGER) while the path is idle and while a UDP flow of RATE Mbit/s of 1514-byte
 frames (iperf3 -u -l 1472) crosses it from A to B, and reports
 
     error = RTT - 2*d - baseline
@@ -95,14 +95,63 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15)
 
 
+# ICMP echo from A with microsecond resolution. iputils ping prints RTTs of 10 ms and more
+# with only 0.1 ms resolution, too coarse for a 0.2 ms goal, so this sends the same echo
+# requests (56-byte payload) every INTERVAL s and takes each reply's kernel receive
+# timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) minus the send time read just before
+# sendto(). Prints "SEQ RTT_MS" per reply. argv: ADDR COUNT INTERVAL_S
+PINGER = r"""
+import os, select, socket, struct, sys, time
+addr, count, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+ident = os.getpid() & 0xFFFF
+def csum(b):
+    t = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    t = (t >> 16) + (t & 0xFFFF)
+    return ~(t + (t >> 16)) & 0xFFFF
+sent, got, i = {}, {}, 0
+next_send = time.monotonic()
+end = None
+while True:
+    now = time.monotonic()
+    if i < count and now >= next_send:
+        body = struct.pack("!HHH", 0, ident, i) + b"\x00" * 56
+        pkt = struct.pack("!BBHHH", 8, 0, csum(b"\x08\x00" + body), ident, i) + b"\x00" * 56
+        sent[i] = time.time_ns()
+        s.sendto(pkt, (addr, 0))
+        i += 1
+        next_send += interval
+        if i == count:
+            end = now + 3.0
+        continue
+    if i >= count and (len(got) == count or now >= end):
+        break
+    r, _, _ = select.select([s], [], [], max(0.0, (next_send if i < count else end) - now))
+    if not r:
+        continue
+    data, anc, _, _ = s.recvmsg(2048, 256)
+    ihl = (data[0] & 0x0F) * 4
+    typ, _, _, rid, seq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+    if typ != 0 or rid != ident or seq not in sent or seq in got:
+        continue
+    t_rx = next((struct.unpack("qq", d[:16]) for lvl, typ2, d in anc
+                 if lvl == socket.SOL_SOCKET and typ2 == SO_TIMESTAMPNS), None)
+    t_rx_ns = t_rx[0] * 1_000_000_000 + t_rx[1] if t_rx else time.time_ns()
+    got[seq] = (t_rx_ns - sent[seq]) / 1e6
+    print(seq, f"{got[seq]:.6f}", flush=True)
+"""
+
+
 def ping_rtts_ms(line: Line, count: int, interval_s: float) -> list[float]:
     a = line.r("a")
     a.run(["ping", "-c", "2", "-W", "5", ADDR_B], timeout=20)  # ARP, warm caches
-    out = a.run(["ping", "-n", "-c", str(count), "-i", f"{interval_s:g}",
-                 "-W", "2", ADDR_B], timeout=count * interval_s + 60).stdout
-    rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+    out = a.run([sys.executable, "-c", PINGER, ADDR_B, str(count), f"{interval_s:g}"],
+                timeout=count * interval_s + 60).stdout
+    rtts = [float(ln.split()[1]) for ln in out.splitlines() if ln.strip()]
     if len(rtts) < count * 0.95:
-        raise RuntimeError(f"only {len(rtts)} of {count} pings answered")
+        raise RuntimeError(f"only {len(rtts)} of {count} echo requests answered")
     return rtts
 
 
@@ -117,6 +166,7 @@ def measure(line: Line, tmp: Path, delay_ms: float, loaded: bool, args) -> dict:
     err_path = tmp / f"delayline-{delay_ms:g}-{int(loaded)}.stderr"
     dl = line.r("d").start([str(BINARY), "--iface-a", line.if_da, "--iface-b", line.if_db,
                             "--delay-ms", f"{delay_ms:g}", "--spin-us", str(args.spin_us),
+                            "--rt-priority", str(args.rt_priority),
                             "--stats-json", str(stats_path)], stderr=err_path)
     server = client = None
     try:
@@ -154,6 +204,7 @@ def measure(line: Line, tmp: Path, delay_ms: float, loaded: bool, args) -> dict:
         "n": len(rtts), "rtt_median_ms": statistics.median(rtts),
         "cpu_pct": 100.0 * (c1 - c0) / CLK_TCK / (t1 - t0),
         "drops": stats["a_to_b"]["drops"] + stats["b_to_a"]["drops"],
+        "drops_rx_socket": stats["a_to_b"]["drops_rx_socket"] + stats["b_to_a"]["drops_rx_socket"],
         "late_p99_us": stats["a_to_b"]["release_lateness"]["p99_us"],
         "rtts": rtts,
     }
@@ -181,6 +232,8 @@ def parse_args(argv=None):
     p.add_argument("--interval-s", type=float, default=0.01, help="ping interval (default 0.01)")
     p.add_argument("--rate-mbit", type=int, default=35, help="UDP load rate (default 35)")
     p.add_argument("--spin-us", type=int, default=50, help="delayline --spin-us (default 50)")
+    p.add_argument("--rt-priority", type=int, default=10,
+                   help="delayline --rt-priority (default 10; 0 = normal scheduler)")
     a = p.parse_args(argv)
     if not 10 <= a.count <= 100000:
         p.error(f"--count {a.count}: allowed 10..100000")
@@ -223,10 +276,11 @@ def main(argv=None) -> int:
           f"p99 {quantile(zero['rtts'], 0.99):.3f} ms (userspace bridging overhead "
           f"{zero['rtt_median_ms'] - baseline_ms:+.3f} ms)")
     print(f"error = RTT - 2*delay - baseline ({baseline_ms:.3f} ms subtracted); "
-          f"ping -i {args.interval_s:g} -c {args.count}; --spin-us {args.spin_us}")
+          f"echo every {args.interval_s:g} s x {args.count}; "
+          f"--spin-us {args.spin_us} --rt-priority {args.rt_priority}")
     hdr = (f"{'delay_ms':>8} {'load':>10} {'n':>5} {'rtt_med_ms':>10} {'raw_err_med':>11} "
            f"{'err_med_ms':>10} {'err_p99_ms':>10} {'err_max_ms':>10} {'cpu_%':>6} "
-           f"{'drops':>5} {'late_p99_us':>11} {'load_mbit':>9}")
+           f"{'drops':>5} {'late_p99_us':>11} {'load_mbit':>9} {'load_lost':>9}")
     print(hdr)
     ok = True
     for r in rows:
@@ -235,10 +289,12 @@ def main(argv=None) -> int:
         if abs(med) > 0.2 or (r["load"] != "idle" and p99 > 1.0):
             ok = False
         load_mbit = f"{r['load_mbit']:.1f}" if "load_mbit" in r else "-"
+        load_lost = str(r["load_lost"]) if "load_lost" in r else "-"
         print(f"{r['delay_ms']:>8g} {r['load']:>10} {r['n']:>5} {r['rtt_median_ms']:>10.3f} "
               f"{r['rtt_median_ms'] - 2 * r['delay_ms']:>11.3f} {med:>10.3f} {p99:>10.3f} "
               f"{max(err):>10.3f} {r['cpu_pct']:>6.1f} {r['drops']:>5} "
-              f"{r['late_p99_us'] if r['late_p99_us'] is not None else '-':>11} {load_mbit:>9}")
+              f"{r['late_p99_us'] if r['late_p99_us'] is not None else '-':>11} {load_mbit:>9} "
+              f"{load_lost:>9}")
     print(f"goal |median| <= 0.2 ms and loaded p99 <= 1 ms: {'met' if ok else 'NOT met'}")
     return 0
 

@@ -1,11 +1,8 @@
 """The four-namespace topology: names, commands, real setup/teardown, idle RTT fidelity,
 and the clean command's precision (only our leftovers, only dead owners, idempotent)."""
 
-import json
-import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,7 +11,6 @@ from latency_divide.clean import clean
 from latency_divide.households import get_household
 from latency_divide.linkplan import make_linkplan
 from latency_divide.parsers.ping import parse_ping
-from latency_divide.runners import LocalRunner
 from latency_divide.trial import repo_root
 
 from netns_util import needs_root, our_namespaces, require_programs

@@ -19,6 +19,7 @@ from latency_divide.households import get_household
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
 from latency_divide.parsers.tool import parse_tool_log
+from latency_divide.rawio import read_text
 from latency_divide.trial import TrialSpec, repo_root, run_trial
 
 from netns_util import needs_root
@@ -28,7 +29,7 @@ pytestmark = [needs_root, pytest.mark.netns]
 ROOT = repo_root()
 VENV_BIN = ROOT / ".venv" / "bin"
 BIG_WINDOW = 16 * 1024 * 1024  # flow control out of the way: the link is the bottleneck
-EXPECTED_FILES = {"meta.json", "receiver.log", "sender.log", "ping.log", "queue.jsonl"}
+EXPECTED_FILES = {"meta.json", "receiver.log.gz", "sender.log", "ping.log.gz", "queue.jsonl.gz"}
 
 
 def _cubic(household, direction="downlink", duration=8.0, window=BIG_WINDOW):
@@ -39,11 +40,11 @@ def _cubic(household, direction="downlink", duration=8.0, window=BIG_WINDOW):
 
 def _metrics(d: Path) -> dict:
     meta = json.loads((d / "meta.json").read_text())
-    tool = parse_tool_log((d / "receiver.log").read_text())
-    ping = parse_ping((d / "ping.log").read_text())
+    tool = parse_tool_log(read_text(d, "receiver.log"))
+    ping = parse_ping(read_text(d, "ping.log"))
     t0 = meta["timing"]["transfer_started_unix"]
     idle = ping[(ping.t_unix < t0) & (ping.t_unix > t0 - meta["idle_s"] + 0.5)]["rtt_ms"]
-    queue = parse_queue((d / "queue.jsonl").read_text())
+    queue = parse_queue(read_text(d, "queue.jsonl"))
     limit = meta["linkplan"][meta["direction"]]["queue_bytes"]
     return {"meta": meta, "goodput_kbps": tool.goodput_kbps,
             "capacity_kbps": meta["capacity_kbps"], "idle_rtt_ms": idle.min(),
@@ -88,7 +89,7 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     assert meta["host"]["kernel"] == os.uname().release
     gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
     assert {"htb", "bfifo"} <= gw_kinds
-    assert parse_tool_log((d / "receiver.log").read_text()).complete
+    assert parse_tool_log(read_text(d, "receiver.log")).complete
     # nothing but the final directory in the parent: the temporary one was renamed
     assert [p.name for p in d.parent.iterdir()] == ["rep1"]
 

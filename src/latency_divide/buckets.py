@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 
 from .errors import ConfigError
 
@@ -145,6 +144,8 @@ def sample_bucket(bucket: Bucket, n: int, seed: int, data: str | Path | None = N
         raise ConfigError(f"sample size {n!r} for bucket {bucket.name!r} must be an integer >= 1")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed {seed!r} must be a non-negative integer")
+    import numpy as np  # here, not at the top: a household lookup should not pay for numpy
+
     rows = candidates(bucket, data)
     if n > len(rows):
         raise ConfigError(

@@ -184,13 +184,14 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("figure", help="a figure (results/figures/NAME.pdf) or its .provenance.json")
     p.add_argument("--root", default=".", help="directory the recorded relative paths are "
                    "relative to (default: the current directory)")
+    p.add_argument("--files", action="store_true", help="list every trial file with its sha256")
 
 
 def _trace(args) -> int:
     from .provenance import format_trace, verify
 
     res = verify(args.figure, root=args.root)
-    print(format_trace(res))
+    print(format_trace(res, files=args.files))
     return 0 if res.ok else 2
 
 

@@ -181,8 +181,8 @@ def hash_names(path: Path) -> list[str]:
     return [f.relative_to(path).as_posix() for f in path.rglob("*") if f.is_file()]
 
 
-def format_trace(res: TraceResult) -> str:
-    """A readable report of a sidecar and its verification."""
+def format_trace(res: TraceResult, files: bool = False) -> str:
+    """A readable report of a sidecar and its verification (``files``: every file's hash)."""
     rec = res.record
     out = [
         f"figure:       {rec.get('figure')}",
@@ -203,9 +203,10 @@ def format_trace(res: TraceResult) -> str:
     out.append(f"trials:       {len(trials)}")
     for t in trials:
         out.append(f"  {t['path']}  (household {t['household_id']}, {t['direction']}, "
-                   f"{t['variant']}, rep {t['repetition']})")
-        for name, h in t["files"].items():
-            out.append(f"      {name:<16} {h[:16]}")
+                   f"{t['variant']}, rep {t['repetition']}; {len(t['files'])} files)")
+        if files:
+            for name, h in t["files"].items():
+                out.append(f"      {name:<16} {h}")
     if res.ok:
         out.append(f"verified:     OK, {res.checked} file hashes match the files on disk")
     else:

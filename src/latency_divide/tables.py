@@ -44,6 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import rawio
 from . import FORMAT_VERSION
 from .errors import LatencyDivideError
 from .parsers.ping import parse_ping
@@ -177,9 +178,9 @@ class Trial:
 
 
 def _read(path: Path, name: str) -> str:
-    f = path / name
+    # plain or gzip-compressed (trials store large logs as NAME.gz: see rawio)
     try:
-        return f.read_text()
+        return rawio.read_text(path, name)
     except FileNotFoundError:
         raise TrialInvalid(path, f"missing file {name}") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -13,14 +13,12 @@ server node and the receiver (the tool's client) on the client node; uplink: the
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import platform
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,6 +28,8 @@ from pathlib import Path
 from . import FORMAT_VERSION, PREFIX, __version__, topology
 from .errors import CommandError, EnvironmentError_, LatencyDivideError, TrialError
 from .config import ToolSettings, Variant
+from .rawio import COMPRESSED_LOGS, compress_logs
+from .provenance import git_revision, sha256_file
 from .runners import LocalRunner
 
 DIRECTIONS = ("uplink", "downlink")
@@ -183,28 +183,6 @@ def check_environment(spec: TrialSpec) -> dict:
 # metadata
 # --------------------------------------------------------------------------------------------
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def git_revision() -> str | None:
-    try:
-        rev = subprocess.run(["git", "-C", str(repo_root()), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
-        if rev.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(repo_root()), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=5).stdout.strip()
-        return rev.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def tool_version(spec: TrialSpec, binary: Path) -> str | None:
     if spec.tool.name != "tquic-perf":
         return None  # tperf has no version flag; the binary's sha256 identifies it
@@ -229,6 +207,23 @@ def host_info() -> dict:
     return {"kernel": platform.release(), "hostname": socket.gethostname(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "loadavg": list(os.getloadavg())}
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of all CPUs from /proc/stat, to measure the host's load."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy_pct(before, after) -> float | None:
+    if not before or not after or after[1] <= before[1]:
+        return None
+    return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
 
 
 def write_json_atomic(path: Path, obj) -> None:
@@ -281,6 +276,20 @@ class LocalTestbed:
         return topology.Topology(plan, delayline_bin=found["delayline"], log_dir=log_dir)
 
 
+def make_testbed(kind: str = "local", inventory=None, slice_name: str | None = None):
+    """The testbed of a run: ``local`` (namespaces on this host) or ``ssh`` (one slice of an
+    inventory, see latency_divide.ssh)."""
+    if kind == "local":
+        return LocalTestbed()
+    if kind == "ssh":
+        if inventory is None:
+            raise EnvironmentError_("testbed kind 'ssh' needs an inventory (testbed.inventory "
+                                    "or --inventory)")
+        from .ssh import SshTestbed
+        return SshTestbed(inventory, slice_name)
+    raise ValueError(f"testbed kind {kind!r}: use local or ssh")
+
+
 def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None) -> Path:
     """Run one trial; return its (complete) directory under ``out_root``."""
     testbed = testbed or LocalTestbed()
@@ -292,6 +301,8 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
                                 dir=final.parent))
     try:
         meta = _run_in(spec, tmp, found, attempt, testbed)
+        compress_logs(tmp)
+        meta["compressed_logs"] = [f"{n}.gz" for n in COMPRESSED_LOGS if (tmp / f"{n}.gz").exists()]
         write_json_atomic(tmp / "meta.json", meta)
         if final.exists():
             if any(final.iterdir()):
@@ -313,13 +324,20 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     concurrency = spec.concurrency_hint or live_topologies() + 1
     timing: dict = {"started_at": utc_now()}
     host_before = host_info()
+    cpu_before = cpu_times()
 
     topo = testbed.open(spec, plan, d, found)
     with topo:
         sender_addr = topo.addr(ep["sender"])
-        jsons = topo.local_files and spec.tool.name == "tquic-perf"
-        s_argv = sender_argv(spec, binary, str(d / "sender.json") if jsons else None, sender_addr)
-        r_argv = receiver_argv(spec, binary, str(d / "receiver.json") if jsons else None,
+        def tool_json(role: str, name: str) -> str | None:
+            # tquic-perf writes its JSON summary where it runs: here, or on a remote node
+            # (the SSH testbed gives the remote path and fetches the file into d on exit).
+            if spec.tool.name != "tquic-perf":
+                return None
+            return str(d / name) if topo.local_files else topo.tool_output(role, d / name)
+
+        s_argv = sender_argv(spec, binary, tool_json(ep["sender"], "sender.json"), sender_addr)
+        r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], "receiver.json"),
                                sender_addr)
         p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
         q_dev = topo.gateway_egress(spec.direction)
@@ -354,6 +372,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         delayline_rc = topo.stop_delayline()
         qdisc_after = topo.qdisc_dump()
         described = topo.describe()
+        concurrency_end = live_topologies()
     timing["ended_at"] = utc_now()
     timing["setup_s"] = round(topo.setup_s, 3)
     timing["teardown_s"] = round(topo.teardown_s, 3)
@@ -394,14 +413,17 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "duration_s": spec.duration_s,
         "idle_s": spec.idle_s,
         "timing": timing,
-        "host": {**host_before, "loadavg_after": list(os.getloadavg())},
-        "concurrency": concurrency,
+        "host": {**host_before, "loadavg_after": list(os.getloadavg()),
+                 "cpu_busy_pct": cpu_busy_pct(cpu_before, cpu_times())},
+        # trials running on this host (live topologies, this one included) at start and end
+        "concurrency": max(concurrency, concurrency_end),
+        "concurrency_at_start_end": [concurrency, concurrency_end],
         "qdisc_before": qdisc_before,
         "qdisc_after": qdisc_after,
         "offloads": "ethtool -K IF " + " ".join(topology.OFFLOAD_ARGS) + " on every veth end"
         if testbed.kind == "local" else found.get("offloads"),
         "testbed": described,
-        "git_revision": git_revision(),
+        "git_revision": git_revision(repo_root()),
         "config_hash": spec.config_hash,
     }
 
@@ -445,11 +467,6 @@ def spec_from_config(cfg, household, direction: str, variant: str, repetition: i
                      ping_interval_s=t.ping_interval_s, queue_interval_s=t.queue_interval_s,
                      qfactor=cfg.qfactor, tool=cfg.tool, delay=cfg.testbed.delay,
                      config_hash=config_hash)
-
-
-def config_hash(raw: dict) -> str:
-    """sha256 of the config as canonical JSON (key order and formatting do not matter)."""
-    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def nominal_trial_s(cfg) -> float:

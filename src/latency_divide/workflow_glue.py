@@ -20,7 +20,8 @@ def run_trial_job(smk) -> None:
     from .config import load_config
     from .households import Household
     from .progress import progress
-    from .trial import (config_hash, nominal_trial_s, run_trial_with_retries, spec_from_config,
+    from .provenance import config_hash
+    from .trial import (nominal_trial_s, run_trial_with_retries, spec_from_config,
                         trial_ids, trial_meta_path)
 
     # Snakemake stops jobs with SIGTERM: turn it into an exception so `finally` blocks tear

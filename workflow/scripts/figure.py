@@ -7,7 +7,7 @@ from latency_divide.figures import build_figure
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 logging.captureWarnings(True)
 rec = build_figure(
-    snakemake.wildcards.figure,
+    snakemake.params.figure,
     Path(snakemake.input.trials).parent,
     snakemake.output.pdf,
     snakemake.output.png,

@@ -107,7 +107,13 @@ pub fn rx_loop(
     let warned_oversize = AtomicBool::new(false);
     let warned_csum = AtomicBool::new(false);
     let warned_full = AtomicBool::new(false);
+    let mut last_poll_ns = timing::now_ns();
     while !shared.stopping() {
+        // Kernel-side drops (socket buffer overflow), polled about once a second.
+        if timing::now_ns().saturating_sub(last_poll_ns) > 1_000_000_000 {
+            last_poll_ns = timing::now_ns();
+            bump(&c.drops_rx_socket, rx.take_kernel_drops().unwrap_or(0));
+        }
         let got = rx
             .recv(&mut buf)
             .with_context(|| format!("receiving on {} ({name})", rx.iface()))?;
@@ -176,6 +182,7 @@ pub fn rx_loop(
             }
         }
     }
+    bump(&c.drops_rx_socket, rx.take_kernel_drops().unwrap_or(0));
     Ok(())
 }
 

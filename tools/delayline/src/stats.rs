@@ -18,6 +18,8 @@ pub struct DirCounters {
     pub drops_limit: AtomicU64,
     /// Frames dropped because they exceed the egress MTU (GRO/TSO super-frames).
     pub drops_oversize: AtomicU64,
+    /// Frames the kernel dropped before delayline read them (rx socket buffer full).
+    pub drops_rx_socket: AtomicU64,
     /// Frames the kernel refused to send.
     pub send_errors: AtomicU64,
     /// Frames received with checksum offload pending (the peer's tx checksum offload is on).
@@ -118,10 +120,11 @@ pub struct DirReport {
     pub delay_ms: f64,
     pub frames: u64,
     pub bytes: u64,
-    /// All dropped frames: drops_limit + drops_oversize + send_errors.
+    /// All dropped frames: drops_limit + drops_oversize + drops_rx_socket + send_errors.
     pub drops: u64,
     pub drops_limit: u64,
     pub drops_oversize: u64,
+    pub drops_rx_socket: u64,
     pub send_errors: u64,
     pub csum_not_ready: u64,
     pub max_queue_frames: u64,
@@ -141,9 +144,10 @@ impl DirReport {
         lateness: &Lateness,
     ) -> Self {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let (dl, dov, se) = (
+        let (dl, dov, drx, se) = (
             get(&c.drops_limit),
             get(&c.drops_oversize),
+            get(&c.drops_rx_socket),
             get(&c.send_errors),
         );
         DirReport {
@@ -152,9 +156,10 @@ impl DirReport {
             delay_ms,
             frames: get(&c.frames),
             bytes: get(&c.bytes),
-            drops: dl + dov + se,
+            drops: dl + dov + drx + se,
             drops_limit: dl,
             drops_oversize: dov,
+            drops_rx_socket: drx,
             send_errors: se,
             csum_not_ready: get(&c.csum_not_ready),
             max_queue_frames: get(&c.max_queue_frames),

@@ -342,6 +342,30 @@ impl PacketSocket {
         })
     }
 
+    /// Frames the kernel dropped on this socket since the last call (receive buffer
+    /// full), from PACKET_STATISTICS, which resets on read.
+    pub fn take_kernel_drops(&self) -> io::Result<u64> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: st and len are valid for the kernel to fill.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st.tp_drops as u64)
+    }
+
     /// Sends one complete Ethernet frame out of the bound interface.
     pub fn send(&self, frame: &[u8]) -> io::Result<()> {
         loop {

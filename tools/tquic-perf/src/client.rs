@@ -165,9 +165,9 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     let socket = net::udp_socket(bind).context("cannot open a UDP socket")?;
     socket
         .connect(server)
-        .map_err(|source| PerfError::Unreachable {
+        .map_err(|cause| PerfError::Unreachable {
             addr: server,
-            source,
+            cause,
         })?;
     let local = socket.local_addr()?;
     let socket = Rc::new(socket);
@@ -217,10 +217,10 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
             if p.first_byte.is_none() {
                 outcome = Some(Err(PerfError::Unreachable {
                     addr: server,
-                    source: e,
+                    cause: e,
                 }
                 .into()));
-                return Ok(Step::Stop);
+                return Ok(Step::Stop { flush: true });
             }
             glog!('W', "socket error during transfer: {e}");
         }
@@ -252,7 +252,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
                 },
             };
             outcome = Some(Err(err.into()));
-            return Ok(Step::Stop);
+            return Ok(Step::Stop { flush: true });
         }
         let Some(first) = p.first_byte else {
             return Ok(Step::Continue(None));
@@ -269,7 +269,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
                 let _ = conn.close(true, 0, b"done");
             }
             outcome = Some(Ok((total, elapsed.as_secs_f64(), first.1)));
-            return Ok(Step::Stop);
+            return Ok(Step::Stop { flush: true });
         }
         intervals.tick(now, first, p.total_bytes);
         let wake = intervals.next.map_or(end, |n| n.min(end));

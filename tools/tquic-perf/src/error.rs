@@ -7,10 +7,10 @@ pub enum PerfError {
     #[error("cannot resolve host '{host}': {reason}")]
     Resolve { host: String, reason: String },
 
-    #[error("cannot reach {addr}: {source}")]
+    #[error("cannot reach {addr}: {cause}")]
     Unreachable {
         addr: SocketAddr,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     #[error("no QUIC server answered at {addr} within {timeout_ms} ms (handshake timeout)")]
@@ -36,10 +36,10 @@ pub enum PerfError {
         reason: String,
     },
 
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     #[error("TLS setup failed: {0}")]

@@ -130,8 +130,10 @@ impl PacketSendHandler for SocketSender {
 pub enum Step {
     /// Keep going; wake up no later than this (None: only for network/tquic events).
     Continue(Option<Instant>),
-    /// Leave the loop.
-    Stop,
+    /// Leave the loop; `flush`: let tquic send what the app queued (e.g. CONNECTION_CLOSE)
+    /// first. Must be false after `Endpoint::close(true)`: tquic 1.6 then keeps the removed
+    /// connections in its tickable queue and `process_connections` never returns.
+    Stop { flush: bool },
 }
 
 /// Drives an endpoint: poll the socket, feed datagrams to tquic, run its timers, and call
@@ -198,9 +200,10 @@ pub fn event_loop(
         let send_error = sender.error.borrow_mut().take();
         match app(endpoint, recv_error.or(send_error))? {
             Step::Continue(w) => wake_at = w,
-            Step::Stop => {
-                // Flush whatever the app queued (e.g. CONNECTION_CLOSE).
-                let _ = endpoint.process_connections();
+            Step::Stop { flush } => {
+                if flush {
+                    let _ = endpoint.process_connections();
+                }
                 return Ok(());
             }
         }

@@ -274,7 +274,7 @@ fn path_str(p: &Path) -> anyhow::Result<&str> {
 pub fn run(opts: &Opts) -> anyhow::Result<()> {
     install_signal_handlers()?;
     let addr: SocketAddr = net::resolve(&opts.host, opts.port)?;
-    let socket = net::udp_socket(addr).map_err(|source| PerfError::Bind { addr, source })?;
+    let socket = net::udp_socket(addr).map_err(|cause| PerfError::Bind { addr, cause })?;
     let socket = Rc::new(socket);
 
     let temp_cert;
@@ -336,7 +336,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
             }
         }
         if stop || (opts.once && served > 0) {
-            return Ok(Step::Stop);
+            return Ok(Step::Stop { flush: !stop });
         }
         Ok(Step::Continue(None))
     })?;

@@ -1,0 +1,1014 @@
+"""The remote testbed: the paper's four nodes (server, gateway, delay, client) reached over
+SSH with Fabric, e.g. a CloudLab ``copa-delay-gw`` experiment or a FABRIC slice.
+
+- :func:`connect` opens a Fabric connection whose host key is verified against known_hosts
+  (paramiko ``RejectPolicy``) unless the inventory opts out (``insecure_host_keys: true``).
+- :class:`FabricRunner` implements the Runner interface (runners.py) on one node: argv lists
+  are quoted with ``shlex.join`` (never glued from strings), prefixed with ``sudo -n`` when
+  the login user is not root. ``start()`` launches the process detached (``setsid``) with its
+  stdout/stderr in remote files and returns its PID; ``stop()`` signals exactly that PID and
+  fetches the files to the local paths given to ``start()``.
+- :class:`SshTestbed` is the testbed interface of trial.py (``check``/``open``), for one slice
+  of an inventory: it discovers the data-plane interfaces (``ip route get``), applies the link
+  plan (htb+bfifo on the gateway, netem or the delay line on the delay node) and restores the
+  nodes afterwards. PIDs and changed devices are kept in a local state file
+  (``/run/latency-divide/ssh/<tag>.json``) so ``latency-divide clean`` can undo an
+  interrupted trial (:func:`clean_remote`).
+- :func:`provision_node` installs packages and uploads our tools (rules/provision.smk).
+
+Errors name the host and the step. :class:`SshSetupError` (wrong key, unknown host key, no
+sudo, missing interface, node not provisioned) is not retried; :class:`SshError` (refused,
+timed out, connection dropped) is, by the trial runner's retry loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+
+from . import PREFIX
+from .errors import CommandError, ConfigError, EnvironmentError_, LatencyDivideError
+from .inventory import ROLE_NAMES, ROLES, Inventory, Node, Slice, load_inventory
+from .runners import Completed, _argv, pid_alive
+from .topology import OFFLOAD_ARGS, STATE_DIR, new_tag
+
+SSH_STATE_DIR = STATE_DIR / "ssh"
+QSAMPLER_SRC = Path(__file__).resolve().parent / "qsampler.py"
+BRIDGE = "ld-br0"
+#: Programs every node needs for a trial (and the Debian package that has each).
+NODE_PROGRAMS = {"ip": "iproute2", "tc": "iproute2", "ss": "iproute2", "ping": "iputils-ping",
+                 "ethtool": "ethtool", "sysctl": "procps", "python3": "python3",
+                 "setsid": "util-linux", "sha256sum": "coreutils"}
+PACKAGES = ("iproute2", "iputils-ping", "ethtool", "procps", "python3")
+#: ethtool -k feature names of the offloads we switch off (OFFLOAD_ARGS order: tx rx tso gso gro).
+OFFLOAD_FEATURES = {"tx": "tx-checksumming", "rx": "rx-checksumming",
+                    "tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
+                    "gro": "generic-receive-offload"}
+
+# Constant shell programs; every value reaches them as a separate positional argument.
+#: $1 pid file, $2 stdout file, $3 stderr file ("-" = same as stdout), $4 exit-code file,
+#: then the command's argv. The command runs as a background child of this shell, which
+#: records its PID, waits for it and records its exit status.
+_LAUNCH = (
+    'pf=$1; o=$2; e=$3; r=$4; shift 4; '
+    'if [ "$e" = - ]; then "$@" </dev/null >"$o" 2>&1 & else "$@" </dev/null >"$o" 2>"$e" & fi; '
+    'p=$!; echo "$p" >"$pf.tmp" && mv "$pf.tmp" "$pf"; '
+    'wait "$p"; echo "$?" >"$r.tmp" && mv "$r.tmp" "$r"'
+)
+#: $1 pid file: wait (up to 10 s) until it exists, print it.
+_WAITPID = ('i=0; while [ ! -s "$1" ]; do i=$((i+1)); if [ "$i" -gt 1000 ]; then exit 1; fi; '
+            'sleep 0.01; done; cat "$1"')
+#: $1 exit-code file, $2 PID: the exit code, "running", or "gone" (killed without a record).
+_POLL = ('if [ -s "$1" ]; then cat "$1"; elif kill -0 "$2" 2>/dev/null; then echo running; '
+         'else sleep 0.2; if [ -s "$1" ]; then cat "$1"; else echo gone; fi; fi')
+#: $@ programs: print those not found.
+_MISSING = 'for p in "$@"; do command -v "$p" >/dev/null 2>&1 || echo "$p"; done'
+
+
+class SshError(LatencyDivideError):
+    """A node could not be reached or the connection broke (transient: the trial is retried)."""
+
+
+class SshSetupError(EnvironmentError_):
+    """A node is reachable but not usable as configured (not retried)."""
+
+
+def _node_name(node: Node) -> str:
+    return f"{node.role} node {node.user}@{node.host}:{node.port}"
+
+
+def _classify(node: Node, step: str, e: BaseException) -> LatencyDivideError:
+    """A paramiko/socket exception -> an error naming the host and the step."""
+    where = f"{_node_name(node)}, step '{step}'"
+    if isinstance(e, paramiko.BadHostKeyException):
+        return SshSetupError(f"{where}: the host key does not match known_hosts ({e}); if the "
+                             "node was re-imaged, remove its old entry (ssh-keygen -R HOST)")
+    if isinstance(e, paramiko.AuthenticationException):
+        return SshSetupError(f"{where}: authentication failed for user {node.user!r} with key "
+                             f"{node.key or '(agent/default keys)'}: {e}")
+    if isinstance(e, paramiko.SSHException) and "known_hosts" in str(e):
+        return SshSetupError(f"{where}: {e}; add the node's host key to the inventory's "
+                             "known_hosts (ssh-keyscan, after checking the fingerprint) or set "
+                             "insecure_host_keys: true")
+    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
+        return SshError(f"{where}: cannot connect: {e}")
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return SshError(f"{where}: connection timed out ({e or 'no answer'})")
+    if isinstance(e, (EOFError, paramiko.SSHException, OSError)):
+        return SshError(f"{where}: connection failed or dropped: {type(e).__name__}: {e}")
+    return SshError(f"{where}: {type(e).__name__}: {e}")
+
+
+_SSH_EXC = (paramiko.SSHException, OSError, EOFError, socket.timeout)
+_warned_insecure = False
+
+
+def _connection(host, user, port, key, inv: Inventory, gateway=None) -> Connection:
+    kwargs = {"look_for_keys": key is None, "allow_agent": key is None,
+              "banner_timeout": inv.connect_timeout_s, "auth_timeout": inv.connect_timeout_s}
+    if key is not None:
+        kwargs["key_filename"] = [key]
+    conn = Connection(host, user=user, port=port, connect_kwargs=kwargs, gateway=gateway,
+                      connect_timeout=max(1, int(round(inv.connect_timeout_s))),
+                      config=Config(ssh_config=paramiko.SSHConfig()))
+    if inv.insecure_host_keys:
+        global _warned_insecure
+        if not _warned_insecure:
+            warnings.warn("inventory sets insecure_host_keys: true: SSH host keys are NOT "
+                          "verified (anyone on the path could impersonate the nodes)",
+                          stacklevel=3)
+            _warned_insecure = True
+    else:
+        # Fabric accepts unknown host keys by default; we do not.
+        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        conn.client.load_system_host_keys(inv.known_hosts)
+    return conn
+
+
+def connect(node: Node, inv: Inventory) -> Connection:
+    """An open connection to ``node`` (through its jump host, if any)."""
+    gw = None
+    if node.jump is not None:
+        j = node.jump
+        gw = _connection(j.host, j.user, j.port, j.key, inv)
+    conn = _connection(node.host, node.user, node.port, node.key, inv, gateway=gw)
+    try:
+        conn.open()
+    except _SSH_EXC as e:
+        with contextlib.suppress(Exception):
+            conn.close()
+        step = "connect" if node.jump is None else f"connect via jump host {node.jump.describe()}"
+        raise _classify(node, step, e) from None
+    return conn
+
+
+# --------------------------------------------------------------------------------------------
+# the runner
+# --------------------------------------------------------------------------------------------
+
+class FabricRunner:
+    """Runs argv lists on one node over an open Fabric connection."""
+
+    def __init__(self, conn: Connection, node: Node, *, rundir: str | None = None,
+                 sudo: bool | None = None, on_start=None):
+        self.conn = conn
+        self.node = node
+        self.sudo = (node.user != "root") if sudo is None else sudo
+        self.rundir = rundir
+        self.where = f"ssh {node.user}@{node.host}:{node.port} ({node.role})"
+        self._on_start = on_start
+        self._seq = 0
+
+    def command(self, argv, *, sudo: bool | None = None) -> str:
+        argv = _argv(argv)
+        if self.sudo if sudo is None else sudo:
+            argv = ["sudo", "-n", "--", *argv]
+        return shlex.join(argv)
+
+    def _exec(self, cmd: str, argv: list[str], timeout: float | None, input: str | None):
+        try:
+            r = self.conn.run(cmd, hide=True, warn=True, timeout=timeout,
+                              in_stream=io.StringIO(input) if input is not None else False)
+        except CommandTimedOut:
+            raise CommandError(argv, -1, "", f"timed out after {timeout} s", self.where) from None
+        except _SSH_EXC as e:
+            raise _classify(self.node, f"run {shlex.join(argv)[:120]}", e) from None
+        return r.return_code, r.stdout, r.stderr
+
+    def run(self, argv, *, check=True, timeout=30.0, input=None, sudo: bool | None = None
+            ) -> Completed:
+        argv = _argv(argv)
+        rc, out, err = self._exec(self.command(argv, sudo=sudo), argv, timeout, input)
+        if self.sudo and (sudo is None or sudo) and rc == 1 and "sudo:" in err and \
+                "password is required" in err:
+            raise SshSetupError(f"{_node_name(self.node)}: sudo needs a password for "
+                                f"{self.node.user!r}; allow it passwordless (NOPASSWD) or log "
+                                "in as root")
+        res = Completed(argv, rc, out, err)
+        if check and rc != 0:
+            raise CommandError(argv, rc, out, err, self.where)
+        return res
+
+    def start(self, argv, *, stdout: Path | None = None, stderr: Path | None = None
+              ) -> "FabricProcess":
+        argv = _argv(argv)
+        if self.rundir is None:
+            raise LatencyDivideError(f"{self.where}: start() needs a remote run directory")
+        self._seq += 1
+        stem = f"{self.rundir}/{self._seq:02d}-{Path(argv[0]).name}"
+        fetch: list[tuple[str, Path]] = []
+        out_r = "/dev/null"
+        err_r = "/dev/null"
+        if stdout is not None:
+            out_r = f"{stem}.out"
+            fetch.append((out_r, Path(stdout)))
+        if stderr is not None:
+            if stdout is not None and Path(stderr) == Path(stdout):
+                err_r = "-"
+            else:
+                err_r = f"{stem}.err"
+                fetch.append((err_r, Path(stderr)))
+        pid_r, rc_r = f"{stem}.pid", f"{stem}.rc"
+        launch = self.command(["setsid", "-f", "sh", "-c", _LAUNCH, "sh", pid_r, out_r, err_r,
+                               rc_r, *argv])
+        wait = self.command(["sh", "-c", _WAITPID, "sh", pid_r], sudo=False)
+        rc, out, err = self._exec(f"{launch} </dev/null >/dev/null 2>&1 && {wait}", argv, 30, None)
+        if rc != 0 or not out.strip().isdigit():
+            raise CommandError(argv, rc, out, err or "the process did not record its PID",
+                               self.where)
+        proc = FabricProcess(self, argv, int(out.strip()), rc_r, fetch, out_r)
+        if self._on_start:
+            self._on_start(self, proc)
+        return proc
+
+    def put(self, local: Path, remote: str, mode: int = 0o755) -> None:
+        """Upload atomically (temporary name, then rename)."""
+        tmp = f"{remote}.tmp-{os.getpid()}-{new_tag()}"
+        try:
+            sftp = self.conn.sftp()
+            sftp.put(str(local), tmp)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, remote)
+        except _SSH_EXC as e:
+            raise _classify(self.node, f"upload {local} -> {remote}", e) from None
+
+    def get(self, remote: str, local: Path) -> None:
+        try:
+            self.conn.sftp().get(remote, str(local))
+        except FileNotFoundError:
+            raise LatencyDivideError(f"{self.where}: remote file {remote} not found") from None
+        except _SSH_EXC as e:
+            raise _classify(self.node, f"fetch {remote}", e) from None
+
+    def sha256(self, path: str) -> str | None:
+        res = self.run(["sha256sum", "--", path], check=False, sudo=False)
+        return res.stdout.split()[0] if res.returncode == 0 and res.stdout else None
+
+
+class FabricProcess:
+    """A process started by :meth:`FabricRunner.start`; stopped by its PID only."""
+
+    def __init__(self, runner: FabricRunner, argv: list[str], pid: int, rc_path: str,
+                 fetch: list[tuple[str, Path]], out_path: str):
+        self.runner = runner
+        self.argv = argv
+        self.pid = pid
+        self.rc_path = rc_path
+        self.out_path = out_path
+        self._fetch = fetch
+        self.returncode: int | None = None
+        self.fetched = False
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        res = self.runner.run(["sh", "-c", _POLL, "sh", self.rc_path, str(self.pid)], check=False)
+        out = res.stdout.strip()
+        if out.lstrip("-").isdigit():
+            self.returncode = int(out)
+        elif out == "gone":
+            self.returncode = -signal.SIGKILL  # killed with its watcher: no exit status
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.argv, timeout)
+            time.sleep(0.1)
+        self.fetch()
+        return self.returncode
+
+    def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int:
+        if self.poll() is None:
+            self.runner.run(["kill", f"-{signal.Signals(sig).name[3:]}", str(self.pid)],
+                            check=False)
+            try:
+                self.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.runner.run(["kill", "-KILL", str(self.pid)], check=False)
+                self.wait(timeout)
+        self.fetch()
+        return self.returncode
+
+    def read_output(self) -> str:
+        """The stdout file as it is now (for 'ready' lines)."""
+        if self.out_path == "/dev/null":
+            return ""
+        return self.runner.run(["cat", "--", self.out_path], check=False, sudo=False).stdout
+
+    def fetch(self) -> None:
+        if self.fetched:
+            return
+        for remote, local in self._fetch:
+            self.runner.get(remote, local)
+        self.fetched = True
+
+
+# --------------------------------------------------------------------------------------------
+# node facts
+# --------------------------------------------------------------------------------------------
+
+def remote_tool_path(workdir: str, name: str, sha256: str, suffix: str = "") -> str:
+    """Uploaded files are content-addressed: a rebuilt tool never runs from a stale copy."""
+    return f"{workdir}/bin/{name}-{sha256[:16]}{suffix}"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_sudo(r: FabricRunner) -> None:
+    if not r.sudo:
+        return
+    res = r.run(["true"], check=False)
+    if res.returncode != 0:
+        raise SshSetupError(f"{_node_name(r.node)}, step 'sudo': {r.node.user!r} cannot run "
+                            f"commands with sudo without a password: "
+                            f"{(res.stderr or res.stdout).strip()[:200]}")
+
+
+def missing_programs(r: FabricRunner, programs) -> list[str]:
+    res = r.run(["sh", "-c", _MISSING, "sh", *programs], check=False, sudo=False)
+    return res.stdout.split()
+
+
+def management_dev(r: FabricRunner) -> str | None:
+    """The interface carrying our SSH session (never a data-plane interface)."""
+    res = r.run(["sh", "-c", 'echo "$SSH_CONNECTION"'], check=False, sudo=False)
+    parts = res.stdout.split()
+    if len(parts) != 4:
+        return None
+    local_ip = parts[2]
+    addrs = json.loads(r.run(["ip", "-j", "addr", "show"], sudo=False).stdout or "[]")
+    for link in addrs:
+        for a in link.get("addr_info", []):
+            if a.get("local") == local_ip:
+                return link["ifname"]
+    return None
+
+
+def route_dev(r: FabricRunner, addr: str, step: str) -> str:
+    res = r.run(["ip", "-j", "route", "get", addr], check=False, sudo=False)
+    try:
+        routes = json.loads(res.stdout) if res.returncode == 0 else []
+    except json.JSONDecodeError:
+        routes = []
+    if not routes or "dev" not in routes[0]:
+        raise SshSetupError(f"{_node_name(r.node)}, step '{step}': no route to {addr} "
+                            f"(ip route get {addr}: {(res.stderr or res.stdout).strip()[:200]}); "
+                            "give the interfaces explicitly in the inventory")
+    return routes[0]["dev"]
+
+
+def link_exists(r: FabricRunner, dev: str) -> bool:
+    return r.run(["ip", "-j", "link", "show", "dev", dev], check=False, sudo=False).returncode == 0
+
+
+def discover_interfaces(runners: dict, sl: Slice) -> dict:
+    """{"gw": {"uplink": dev, "downlink": dev}, "dly": [dev, dev]}: explicit interfaces are
+    checked to exist; otherwise ``ip route get`` toward the peers, as the paper did."""
+    step = "discover interfaces"
+    gw, dly = runners["gw"], runners["dly"]
+    out: dict = {}
+    node = sl.node("gateway")
+    mgmt = management_dev(gw)
+    if node.interfaces:
+        devs = dict(node.interfaces)
+    else:
+        devs = {"uplink": route_dev(gw, sl.server_addr, step),
+                "downlink": route_dev(gw, sl.client_addr, step)}
+    for direction, dev in devs.items():
+        if not link_exists(gw, dev):
+            raise SshSetupError(f"{_node_name(node)}, step '{step}': interface {dev!r} "
+                                f"({direction} egress) not found")
+        if dev == mgmt:
+            raise SshSetupError(f"{_node_name(node)}, step '{step}': the {direction} egress "
+                                f"{dev!r} is the management interface (our SSH session): the "
+                                "data plane must be on other interfaces; check the addresses "
+                                "or give gateway.interfaces")
+    if devs["uplink"] == devs["downlink"]:
+        raise SshSetupError(f"{_node_name(node)}, step '{step}': the routes to the server "
+                            f"({sl.server_addr}) and the client ({sl.client_addr}) both leave "
+                            f"through {devs['uplink']!r}; the gateway must sit between them")
+    out["gw"] = devs
+    node = sl.node("delay")
+    mgmt = management_dev(dly)
+    if node.interfaces:
+        ports = list(node.interfaces)
+    elif node.probe_addrs:
+        ports = [route_dev(dly, a, step) for a in node.probe_addrs]
+    else:
+        # A delay node is a layer-2 hop without data-plane addresses: its two ports are the
+        # Ethernet interfaces other than the management one.
+        links = json.loads(dly.run(["ip", "-j", "-d", "link", "show"], sudo=False).stdout or "[]")
+        skip = {"bridge", "dummy", "tun", "vxlan", "ipip", "gre", "wireguard", "bond"}
+        ports = [link["ifname"] for link in links
+                 if link.get("link_type") == "ether" and link["ifname"] != mgmt
+                 and link.get("linkinfo", {}).get("info_kind") not in skip]
+        if len(ports) != 2:
+            raise SshSetupError(f"{_node_name(node)}, step '{step}': expected two data-plane "
+                                f"ports besides the management interface {mgmt!r}, found "
+                                f"{ports}; give delay.interfaces in the inventory")
+    for dev in ports:
+        if not link_exists(dly, dev):
+            raise SshSetupError(f"{_node_name(node)}, step '{step}': interface {dev!r} not found")
+        if dev == mgmt:
+            raise SshSetupError(f"{_node_name(node)}, step '{step}': {dev!r} is the management "
+                                "interface (our SSH session), not a delay port")
+    if ports[0] == ports[1]:
+        raise SshSetupError(f"{_node_name(node)}, step '{step}': both delay ports are {ports[0]!r}")
+    out["dly"] = ports
+    return out
+
+
+def netem_available(r: FabricRunner) -> bool:
+    """Ask the node's kernel: a netem qdisc on a throwaway veth pair of ours."""
+    a, b = "ldnp0", "ldnp1"
+    r.run(["ip", "link", "del", a], check=False)
+    res = r.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=False)
+    if res.returncode != 0:
+        # No veth module: fall back to the module database.
+        return r.run(["modinfo", "sch_netem"], check=False, sudo=False).returncode == 0
+    try:
+        return r.run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"],
+                     check=False).returncode == 0
+    finally:
+        r.run(["ip", "link", "del", a], check=False)
+
+
+def read_offloads(r: FabricRunner, dev: str) -> dict[str, str]:
+    """{"tx": "on", ...} for the offloads we change; fixed features are left out."""
+    res = r.run(["ethtool", "-k", dev], check=False, sudo=False)
+    feats = {}
+    for line in res.stdout.splitlines():
+        name, _, val = line.strip().partition(":")
+        feats[name] = val.strip()
+    out = {}
+    for short, name in OFFLOAD_FEATURES.items():
+        val = feats.get(name, "")
+        if val and "[fixed]" not in val:
+            out[short] = val.split()[0]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# local state (for clean)
+# --------------------------------------------------------------------------------------------
+
+def _write_state(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------------------------
+# the testbed
+# --------------------------------------------------------------------------------------------
+
+class SshTestbed:
+    """Trials on one slice of an inventory (see trial.LocalTestbed for the interface)."""
+
+    kind = "ssh"
+
+    def __init__(self, inventory: Inventory | str | Path, slice_name: str | None = None):
+        self.inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
+        self.slice = self.inv.slice(slice_name)
+        self._conns: dict[str, Connection] = {}
+        self._netem: bool | None = None
+
+    # connections ---------------------------------------------------------------------------
+    def conn(self, role: str) -> Connection:
+        c = self._conns.get(role)
+        if c is not None and c.is_connected and c.transport.is_active():
+            return c
+        if c is not None:
+            with contextlib.suppress(Exception):
+                c.close()
+        c = connect(self.slice.node(role), self.inv)
+        self._conns[role] = c
+        return c
+
+    def runner(self, role: str, **kw) -> FabricRunner:
+        return FabricRunner(self.conn(role), self.slice.node(role), **kw)
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            with contextlib.suppress(Exception):
+                c.close()
+        self._conns.clear()
+
+    # check ---------------------------------------------------------------------------------
+    def check(self, spec) -> dict:
+        """Everything a trial needs on the four nodes, or an error naming host and step."""
+        from .trial import repo_root
+
+        sl = self.slice
+        runners = {role: self.runner(role) for role in ROLE_NAMES}
+        for role, r in runners.items():
+            check_sudo(r)
+            missing = missing_programs(r, NODE_PROGRAMS)
+            if missing:
+                pkgs = sorted({NODE_PROGRAMS[p] for p in missing})
+                raise SshSetupError(f"{_node_name(r.node)}, step 'check programs': missing "
+                                    f"{', '.join(missing)} (packages {', '.join(pkgs)}): "
+                                    "provision the node (snakemake --cores 1 provision)")
+        found: dict = {"slice": sl.name}
+        # the traffic tool
+        if spec.tool.name == "tperf":
+            if not spec.tool.path or not spec.tool.path.startswith("/"):
+                raise SshSetupError("tool 'tperf' on an SSH testbed: tool.path must be the "
+                                    "absolute path of tperf on the server and client nodes "
+                                    "(see docs/remote-testbed.md)")
+            binary = spec.tool.path
+            shas = {role: runners[role].sha256(binary) for role in ("srv", "cli")}
+            for role, sha in shas.items():
+                if sha is None:
+                    raise SshSetupError(f"{_node_name(runners[role].node)}, step 'check tool': "
+                                        f"{binary} not found")
+            if shas["srv"] != shas["cli"]:
+                raise SshSetupError(f"tperf differs between server and client ({shas})")
+            found.update(binary=binary, binary_sha256=shas["srv"], tool_version=None)
+        else:
+            local = spec.tool.binary(repo_root())
+            if not local.exists():
+                raise EnvironmentError_(f"traffic tool not found at {local}: build it with "
+                                        "scripts/setup.sh (cargo build --release -p tquic-perf)")
+            sha = sha256_file(local)
+            binary = remote_tool_path(sl.workdir, "tquic-perf", sha)
+            for role in ("srv", "cli"):
+                if runners[role].sha256(binary) != sha:
+                    raise SshSetupError(f"{_node_name(runners[role].node)}, step 'check tool': "
+                                        f"{binary} missing or different from {local}: provision "
+                                        "the node (snakemake --cores 1 provision)")
+            from .trial import tool_version
+            found.update(binary=binary, binary_sha256=sha,
+                         tool_version=tool_version(spec, local))
+        # the queue sampler
+        qs = remote_tool_path(sl.workdir, "qsampler", sha256_file(QSAMPLER_SRC), ".py")
+        if runners["gw"].sha256(qs) is None:
+            raise SshSetupError(f"{_node_name(runners['gw'].node)}, step 'check queue sampler': "
+                                f"{qs} missing: provision the node")
+        found["qsampler"] = qs
+        # forwarding
+        fwd = runners["gw"].run(["sysctl", "-n", "net.ipv4.ip_forward"], check=False,
+                                sudo=False).stdout.strip()
+        if fwd != "1":
+            raise SshSetupError(f"{_node_name(runners['gw'].node)}, step 'check forwarding': "
+                                f"net.ipv4.ip_forward is {fwd or '?'}; provisioning sets it to 1")
+        # the delay mechanism
+        if self._netem is None:
+            self._netem = netem_available(runners["dly"])
+        if spec.delay == "netem" and not self._netem:
+            raise SshSetupError(f"{_node_name(runners['dly'].node)}, step 'check netem': the "
+                                "kernel has no netem; use delay: auto or delayline")
+        mechanism = spec.delay if spec.delay != "auto" else ("netem" if self._netem else "delayline")
+        found["mechanism"] = mechanism
+        found["delayline"] = None
+        if mechanism == "delayline":
+            local = repo_root() / "target" / "release" / "delayline"
+            if not local.exists():
+                raise EnvironmentError_(f"the delay node needs our delay line ({local} is not "
+                                        "built: run scripts/setup.sh)")
+            dl = remote_tool_path(sl.workdir, "delayline", sha256_file(local))
+            if runners["dly"].sha256(dl) is None:
+                raise SshSetupError(f"{_node_name(runners['dly'].node)}, step 'check delay "
+                                    f"line': {dl} missing: provision the node")
+            found["delayline"] = dl
+        found["interfaces"] = discover_interfaces(runners, sl)
+        found["offloads"] = ("ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on the gateway's "
+                             "egress interfaces and the delay ports during the trial (restored "
+                             "after)")
+        return found
+
+    def open(self, spec, plan, log_dir: Path, found: dict) -> "SshTopology":
+        return SshTopology(self, spec, plan, Path(log_dir), found)
+
+
+class SshTopology:
+    """The slice configured for one trial (context manager; restored in ``__exit__``)."""
+
+    local_files = False
+
+    def __init__(self, testbed: SshTestbed, spec, plan, log_dir: Path, found: dict):
+        self.tb = testbed
+        self.spec = spec
+        self.plan = plan
+        self.log_dir = log_dir
+        self.found = found
+        self.tag = new_tag()
+        self.processes: list = []
+        self.setup_s = 0.0
+        self.teardown_s = 0.0
+        self._runners: dict[str, FabricRunner] = {}
+        self._outputs: list[tuple[str, str, Path]] = []
+        self._delayline: FabricProcess | None = None
+        self._changed: dict[str, list[str]] = {"gw": [], "dly": []}
+        self._offloads: dict[str, dict[str, dict[str, str]]] = {"gw": {}, "dly": {}}
+        self._bridge = False
+        self._restored: dict = {}
+        self._kernels: dict[str, str] = {}
+        sl = testbed.slice
+        self.rundir = f"{sl.workdir}/run/{self.tag}"
+        self.state_file = SSH_STATE_DIR / f"{self.tag}.json"
+        self._state = {"tag": self.tag, "owner_pid": os.getpid(), "slice": sl.name,
+                       "inventory": None if testbed.inv.path is None else str(testbed.inv.path),
+                       "inventory_raw": testbed.inv.raw, "rundir": self.rundir,
+                       "processes": [], "qdisc_devs": self._changed, "offloads": self._offloads,
+                       "bridge": False, "created_unix": time.time()}
+
+    # the testbed interface -----------------------------------------------------------------
+    def runner(self, role: str) -> FabricRunner:
+        r = self._runners.get(role)
+        if r is None or not (r.conn.is_connected and r.conn.transport.is_active()):
+            r = self.tb.runner(role, rundir=f"{self.rundir}/{role}", on_start=self._record_start)
+            if role in self._runners:
+                r._seq = self._runners[role]._seq
+            self._runners[role] = r
+        return r
+
+    def addr(self, role: str) -> str:
+        return {"srv": self.tb.slice.server_addr, "cli": self.tb.slice.client_addr}[role]
+
+    def gateway_egress(self, direction: str) -> str:
+        return self.found["interfaces"]["gw"][direction]
+
+    def qsampler_argv(self, dev: str, interval_s: float) -> list[str]:
+        return ["python3", self.found["qsampler"], "--dev", dev, "--interval", f"{interval_s:g}"]
+
+    def tool_output(self, role: str, local: Path) -> str:
+        """A file a tool writes on ``role``: the remote path to give it; fetched to ``local``
+        when the topology closes."""
+        remote = f"{self.rundir}/{role}/{Path(local).name}"
+        self._outputs.append((role, remote, Path(local)))
+        return remote
+
+    def qdisc_dump(self) -> dict:
+        out = {}
+        for role in ("gw", "dly"):
+            res = self.runner(role).run(["tc", "-s", "-j", "qdisc", "show"], check=False)
+            try:
+                out[role] = json.loads(res.stdout) if res.returncode == 0 else res.stderr
+            except json.JSONDecodeError:
+                out[role] = res.stdout
+        return out
+
+    def stop_delayline(self) -> int | None:
+        if self._delayline is None:
+            return None
+        rc = self._delayline.stop(timeout=5)
+        self._delayline = None
+        return rc
+
+    def describe(self) -> dict:
+        sl = self.tb.slice
+        return {"kind": "ssh", "slice": sl.name, "tag": self.tag,
+                "inventory": self._state["inventory"],
+                "nodes": {r: {"host": n.host, "user": n.user, "port": n.port,
+                              "kernel": self._kernels.get(ROLES[r])}
+                          for r, n in sl.nodes.items()},
+                "addresses": {"server": sl.server_addr, "client": sl.client_addr},
+                "devices": {"gateway": dict(self.found["interfaces"]["gw"]),
+                            "delay": list(self.found["interfaces"]["dly"])},
+                "offloads_before": self._offloads, "restored": self._restored}
+
+    # lifecycle -----------------------------------------------------------------------------
+    def _record_start(self, runner: FabricRunner, proc: FabricProcess) -> None:
+        self._state["processes"].append({"role": runner.node.role, "pid": proc.pid,
+                                         "argv0": proc.argv[0]})
+        _write_state(self.state_file, self._state)
+
+    def _step(self, role: str, step: str):
+        node = self.tb.slice.node(role)
+        tb = self
+
+        class _Ctx:
+            def __enter__(self):
+                return tb.runner(role)
+
+            def __exit__(self, et, e, tr):
+                if isinstance(e, CommandError):
+                    raise LatencyDivideError(f"{_node_name(node)}, step '{step}': {e}") from e
+                return False
+
+        return _Ctx()
+
+    def up(self) -> "SshTopology":
+        t0 = time.monotonic()
+        _write_state(self.state_file, self._state)
+        for role in ("srv", "gw", "dly", "cli"):
+            with self._step(role, "prepare run directory") as r:
+                r.run(["mkdir", "-p", "--", f"{self.rundir}/{role}"])
+                self._kernels[role] = r.run(["uname", "-r"], sudo=False).stdout.strip()
+        ifs = self.found["interfaces"]
+        devs = {"gw": [ifs["gw"]["uplink"], ifs["gw"]["downlink"]], "dly": list(ifs["dly"])}
+        for role, names in devs.items():
+            with self._step(role, "offloads off") as r:
+                for dev in names:
+                    self._offloads[role][dev] = read_offloads(r, dev)
+                    _write_state(self.state_file, self._state)
+                    r.run(["ethtool", "-K", dev, *OFFLOAD_ARGS], check=False)
+        with self._step("gw", "apply shaper (htb+bfifo)") as r:
+            for direction in ("uplink", "downlink"):
+                dev = ifs["gw"][direction]
+                self._changed["gw"].append(dev)
+                _write_state(self.state_file, self._state)
+                for argv in self.plan.shaper(direction).commands(dev):
+                    r.run(argv)
+        if self.plan.delay.mechanism == "netem":
+            with self._step("dly", "apply netem") as r:
+                self._ensure_bridge(r, ifs["dly"])
+                for dev in ifs["dly"]:
+                    self._changed["dly"].append(dev)
+                    _write_state(self.state_file, self._state)
+                    for argv in self.plan.delay.commands(dev):
+                        r.run(argv)
+        else:
+            self._start_delayline(ifs["dly"])
+        self.setup_s = time.monotonic() - t0
+        return self
+
+    def _ensure_bridge(self, r: FabricRunner, ports) -> None:
+        """netem needs the kernel to forward between the ports: a bridge of ours unless the
+        ports are already enslaved to one."""
+        masters = set()
+        for dev in ports:
+            info = json.loads(r.run(["ip", "-j", "link", "show", "dev", dev], sudo=False).stdout)
+            masters.add(info[0].get("master"))
+        if masters != {None}:
+            return
+        r.run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        self._bridge = True
+        self._state["bridge"] = True
+        _write_state(self.state_file, self._state)
+        for dev in ports:
+            r.run(["ip", "link", "set", dev, "master", BRIDGE])
+        r.run(["ip", "link", "set", BRIDGE, "up"])
+
+    def _start_delayline(self, ports) -> None:
+        node = self.tb.slice.node("dly")
+        argv = self.plan.delay.delayline_argv(ports[0], ports[1], self.found["delayline"])
+        log = self.log_dir / "delayline.log"
+        proc = self.runner("dly").start(argv, stdout=log, stderr=log)
+        self._delayline = proc
+        self.processes.append(proc)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            text = proc.read_output()
+            if proc.poll() is not None:
+                raise LatencyDivideError(f"{_node_name(node)}, step 'start delay line': exited "
+                                         f"(code {proc.returncode}): {text.strip()[-400:]}")
+            if "delayline ready" in text:
+                return
+            time.sleep(0.05)
+        raise LatencyDivideError(f"{_node_name(node)}, step 'start delay line': no "
+                                 "'delayline ready' within 10 s")
+
+    def down(self) -> None:
+        t0 = time.monotonic()
+        errors: list[str] = []
+
+        def attempt(what: str, fn) -> None:
+            try:
+                fn()
+            except Exception as e:  # keep restoring; report at the end
+                errors.append(f"{what}: {e}")
+
+        for proc in reversed(self.processes):
+            attempt(f"stop {proc.argv[0]} (pid {proc.pid})", lambda p=proc: p.stop(timeout=3))
+        self._delayline = None
+        for role, remote, local in self._outputs:
+            def get(role=role, remote=remote, local=local):
+                r = self.runner(role)
+                if r.run(["test", "-s", remote], check=False, sudo=False).returncode == 0:
+                    r.get(remote, local)
+            attempt(f"fetch {remote}", get)
+        for dev in self._changed["gw"]:
+            attempt(f"gateway: delete root qdisc of {dev}",
+                    lambda dev=dev: self.runner("gw").run(["tc", "qdisc", "del", "dev", dev, "root"]))
+        for dev in self._changed["dly"]:
+            attempt(f"delay: delete root qdisc of {dev}",
+                    lambda dev=dev: self.runner("dly").run(["tc", "qdisc", "del", "dev", dev, "root"]))
+        if self._bridge:
+            attempt("delay: delete bridge",
+                    lambda: self.runner("dly").run(["ip", "link", "del", BRIDGE]))
+        for role, devs in self._offloads.items():
+            for dev, feats in devs.items():
+                if feats:
+                    args = [w for k, v in feats.items() for w in (k, v)]
+                    attempt(f"{ROLE_NAMES[role]}: restore offloads of {dev}",
+                            lambda role=role, dev=dev, args=args:
+                            self.runner(role).run(["ethtool", "-K", dev, *args], check=False))
+        for role in ("srv", "gw", "dly", "cli"):
+            attempt(f"{ROLE_NAMES[role]}: remove run directory",
+                    lambda role=role: self.runner(role).run(["rm", "-rf", "--",
+                                                             f"{self.rundir}/{role}"]))
+        attempt("remove run directory",
+                lambda: self.runner("srv").run(["rmdir", "--", self.rundir], check=False))
+        self._restored = {"root_qdiscs_deleted": dict(self._changed), "bridge_deleted": self._bridge,
+                          "errors": list(errors)}
+        self.teardown_s = time.monotonic() - t0
+        if errors:
+            # Leave the state file: `latency-divide clean` finishes the job later.
+            raise LatencyDivideError("SSH testbed teardown: " + "; ".join(errors))
+        self.state_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> "SshTopology":
+        try:
+            return self.up()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+
+# --------------------------------------------------------------------------------------------
+# clean (interrupted runs)
+# --------------------------------------------------------------------------------------------
+
+def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str]]:
+    """Undo SSH trials whose owning process died: stop their recorded PIDs (only if the PID
+    still runs the recorded program), delete our root qdiscs and bridge, remove the run
+    directories. Returns (done, errors)."""
+    done: list[str] = []
+    errors: list[str] = []
+    if not SSH_STATE_DIR.is_dir():
+        return done, errors
+    for path in sorted(SSH_STATE_DIR.glob("*.json")):
+        try:
+            st = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            errors.append(f"{path}: unreadable state ({e})")
+            continue
+        if pid_alive(int(st.get("owner_pid", 0))) and st["owner_pid"] != os.getpid() and not force:
+            continue
+        try:
+            base = Path(st["inventory"]).parent if st.get("inventory") else None
+            inv = load_inventory(st["inventory_raw"], base=base)
+            tb = SshTestbed(inv, st["slice"])
+            errs = []
+            for p in st.get("processes", []):
+                role = ROLES[p["role"]]
+                r = tb.runner(role)
+                cmd = r.run(["cat", f"/proc/{p['pid']}/cmdline"], check=False, sudo=False).stdout
+                if cmd.split("\0")[0] == p["argv0"]:
+                    r.run(["kill", "-KILL", str(p["pid"])], check=False)
+                    done.append(f"{r.where}: killed pid {p['pid']} ({p['argv0']})")
+            for role, devs in st.get("qdisc_devs", {}).items():
+                for dev in devs:
+                    res = tb.runner(role).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+                    if res.returncode == 0:
+                        done.append(f"{tb.slice.node(role).host}: deleted root qdisc of {dev}")
+            if st.get("bridge"):
+                tb.runner("dly").run(["ip", "link", "del", BRIDGE], check=False)
+            for role, devs in st.get("offloads", {}).items():
+                for dev, feats in devs.items():
+                    if feats:
+                        tb.runner(role).run(["ethtool", "-K", dev,
+                                             *[w for k, v in feats.items() for w in (k, v)]],
+                                            check=False)
+            for role in ("srv", "gw", "dly", "cli"):
+                res = tb.runner(role).run(["rm", "-rf", "--", f"{st['rundir']}/{role}"],
+                                          check=False)
+                if res.returncode != 0:
+                    errs.append(f"{role}: {res.stderr.strip()}")
+            tb.runner("srv").run(["rmdir", "--", st["rundir"]], check=False)
+            tb.close()
+            if errs:
+                errors += errs
+            else:
+                path.unlink(missing_ok=True)
+                done.append(f"slice {st['slice']}: trial {st['tag']} cleaned")
+        except LatencyDivideError as e:
+            errors.append(f"slice {st.get('slice')}: {e}")
+    return done, errors
+
+
+# --------------------------------------------------------------------------------------------
+# provisioning
+# --------------------------------------------------------------------------------------------
+
+def provision_node(inv: Inventory, slice_name: str | None, role: str, *, root: Path | None = None,
+                   log=print) -> dict:
+    """Make one node ready for trials (idempotent): packages, our tools, forwarding.
+    Returns the facts recorded in the sentinel file."""
+    from .trial import repo_root
+
+    root = root or repo_root()
+    sl = inv.slice(slice_name)
+    role = ROLES.get(role, role)  # server -> srv, ...
+    if role not in ROLE_NAMES:
+        raise ConfigError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    node = sl.node(role)
+    t0 = time.monotonic()
+    log(f"[provision] {_node_name(node)}: connect")
+    conn = connect(node, inv)
+    try:
+        r = FabricRunner(conn, node)
+        check_sudo(r)
+        facts: dict = {"slice": sl.name, "role": role, "host": node.host, "user": node.user,
+                       "port": node.port}
+        facts["kernel"] = r.run(["uname", "-r"], sudo=False).stdout.strip()
+        osr = r.run(["cat", "/etc/os-release"], check=False, sudo=False).stdout
+        facts["os"] = next((ln.split("=", 1)[1].strip('"') for ln in osr.splitlines()
+                            if ln.startswith("PRETTY_NAME=")), None)
+        # packages
+        if missing_programs(r, ["dpkg-query", "apt-get"]):
+            raise SshSetupError(f"{_node_name(node)}, step 'packages': not a Debian/Ubuntu node "
+                                f"(no dpkg-query/apt-get); install {', '.join(PACKAGES)} by hand")
+        missing = []
+        for pkg in PACKAGES:
+            res = r.run(["dpkg-query", "-W", "-f", "${Status}", pkg], check=False, sudo=False)
+            if "install ok installed" not in res.stdout:
+                missing.append(pkg)
+        if missing:
+            log(f"[provision] {_node_name(node)}: apt-get install {' '.join(missing)}")
+            env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+            try:
+                r.run([*env, "apt-get", "update", "-q"], timeout=600)
+                r.run([*env, "apt-get", "install", "-y", "-q", *missing], timeout=1800)
+            except CommandError as e:
+                raise SshSetupError(f"{_node_name(node)}, step 'packages': {e}") from None
+        facts["packages_installed"] = missing
+        still = missing_programs(r, NODE_PROGRAMS)
+        if still:
+            raise SshSetupError(f"{_node_name(node)}, step 'packages': still missing {still}")
+        # our files
+        r.run(["mkdir", "-p", "--", f"{sl.workdir}/bin", f"{sl.workdir}/run"], sudo=False)
+        uploads: list[tuple[str, Path, str]] = []
+        if role in ("srv", "cli"):
+            uploads.append(("tquic-perf", root / "target" / "release" / "tquic-perf", ""))
+        if role == "gw":
+            uploads.append(("qsampler", QSAMPLER_SRC, ".py"))
+            r.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+            facts["ip_forward"] = 1
+        if role == "dly":
+            facts["netem"] = netem_available(r)
+            if not facts["netem"]:
+                uploads.append(("delayline", root / "target" / "release" / "delayline", ""))
+        facts["files"] = {}
+        for name, local, suffix in uploads:
+            if not local.exists():
+                raise EnvironmentError_(f"provisioning {_node_name(node)}: {local} is not built "
+                                        "(run scripts/setup.sh)")
+            sha = sha256_file(local)
+            remote = remote_tool_path(sl.workdir, name, sha, suffix)
+            if r.sha256(remote) != sha:
+                log(f"[provision] {_node_name(node)}: upload {local.name} -> {remote}")
+                r.put(local, remote)
+                if r.sha256(remote) != sha:
+                    raise SshSetupError(f"{_node_name(node)}, step 'upload': {remote} does not "
+                                        "match after upload")
+            facts["files"][name] = {"path": remote, "sha256": sha}
+        facts["provision_s"] = round(time.monotonic() - t0, 2)
+        log(f"[provision] {_node_name(node)}: ready in {facts['provision_s']} s")
+        return facts
+    finally:
+        conn.close()
+
+
+def write_sentinel(path: Path, facts: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def provision_all(inv: Inventory, out_dir: Path | None = None, log=print) -> list[dict]:
+    """Every node of every slice, one after the other (the Snakemake rule does them in
+    parallel)."""
+    out = []
+    for sl in inv.slices:
+        for role in ROLES:
+            facts = provision_node(inv, sl.name, role, log=log)
+            if out_dir is not None:
+                write_sentinel(Path(out_dir) / sl.name / f"{role}.json", facts)
+            out.append(facts)
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `latency-divide provision` or `latency-divide trial --inventory`")

@@ -1,0 +1,115 @@
+"""Figures from tables built on the real trial fixtures."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from latency_divide import figures, provenance, tables
+
+TRIALS = Path(__file__).parent / "data" / "trials"
+DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fig")
+    t = tables.build_tables(DIRS, root / "tables")
+    recs = {}
+    for name in figures.FIGURES:
+        recs[name] = figures.build_figure(
+            name, root / "tables", root / f"{name}.pdf", root / f"{name}.png",
+            root / f"{name}.provenance.json", config={"k": 1}, household_order=[799254, 9254])
+    return root, t, recs
+
+
+def test_every_figure_written_as_pdf_png_and_sidecar(built):
+    root, _, recs = built
+    for name in figures.FIGURES:
+        assert (root / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+        assert (root / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        side = json.loads((root / f"{name}.provenance.json").read_text())
+        assert side == recs[name]
+        assert provenance.verify(root / f"{name}.pdf").ok
+    assert not list(root.glob(".*ld-tmp*"))
+
+
+def test_sidecars_name_the_households_used(built):
+    _, _, recs = built
+    assert recs["delay_tput"]["households"] == {"0-30": [13570, 799254], "30-40": [9254]}
+    # timeseries: the first household of the given order with a trial, both its trials only
+    assert recs["timeseries"]["households"] == {"0-30": [799254]}
+    assert {t["variant"] for t in recs["timeseries"]["trials"]} == {"cubic", "copa-0.5"}
+
+
+def test_delay_tput_plot_maps_summary_columns(built):
+    _, t, _ = built
+    p = figures.delay_tput_plot(tables.summary(t.trials), figures.variant_order(t.trials))
+    assert p.mapping["x"] == "norm_tput_mean" and p.mapping["y"] == "self_delay_mean_ms_mean"
+    assert list(p.data["variant"].cat.categories) == ["cubic", "copa-0.5"]
+    # error bars only where the CI exists (buckets with >= 2 households)
+    assert len(p.layers[0].geom.data) == 2
+    with pytest.raises(figures.FigureError, match="empty"):
+        figures.delay_tput_plot(tables.summary(t.trials).iloc[0:0])
+
+
+def test_divide_table_by_hand(built):
+    _, t, _ = built
+    d = figures.divide_table(t.trials)
+    tr = t.trials.set_index(["household_id", "variant"])["self_delay_mean_ms"]
+    red = [100 * (1 - tr[(h, "copa-0.5")] / tr[(h, "cubic")]) for h in (13570, 799254)]
+    row = d[(d["price_bucket"] == "0-30") & (d["direction"] == "uplink")].iloc[0]
+    assert row["households"] == 2
+    assert row["reduction_pct_mean"] == pytest.approx(np.mean(red))
+    half = stats.t.ppf(0.975, 1) * np.std(red, ddof=1) / math.sqrt(2)
+    assert row["reduction_pct_ci95_hi"] == pytest.approx(np.mean(red) + half)
+    one = d[d["price_bucket"] == "30-40"].iloc[0]
+    assert one["reduction_pct_mean"] == pytest.approx(
+        100 * (1 - tr[(9254, "copa-0.5")] / tr[(9254, "cubic")]))
+    assert math.isnan(one["reduction_pct_ci95_lo"])
+
+
+def test_divide_leaves_out_nonpositive_baseline_with_warning(built):
+    _, t, _ = built
+    tr = t.trials.copy()
+    tr.loc[(tr["household_id"] == 9254) & (tr["variant"] == "cubic"), "self_delay_mean_ms"] = 0.0
+    with pytest.warns(UserWarning, match="9254"):
+        d = figures.divide_table(tr)
+    assert set(d["price_bucket"]) == {"0-30"}
+    with pytest.raises(figures.FigureError, match="baseline variant 'bbr'"):
+        figures.divide_table(tr, baseline="bbr")
+
+
+def test_orders_and_household_choice(built):
+    _, t, _ = built
+    assert figures.bucket_order(["50+", "30-40", "0-30", "40-50", "100+"]) == [
+        "0-30", "30-40", "40-50", "50+", "100+"]
+    assert figures.variant_order(pd.DataFrame({
+        "variant": ["copa-0.8", "cubic", "copa-0.2"], "cc": ["copa", "cubic", "copa"],
+        "delta": [0.8, math.nan, 0.2]})) == ["cubic", "copa-0.2", "copa-0.8"]
+    assert figures.pick_household(t.trials, None) == 9254
+    assert figures.pick_household(t.trials, None, [11406, 13570]) == 13570
+    assert figures.pick_household(t.trials, 799254) == 799254
+    with pytest.raises(figures.FigureError, match="11406 has no valid trial"):
+        figures.pick_household(t.trials, 11406)
+
+
+def test_timeseries_frame_has_three_metrics(built):
+    _, t, _ = built
+    ts = {"ping": t.ping, "queue": t.queue, "throughput": t.throughput}
+    f = figures.timeseries_frame(ts, t.trials, 9254)
+    assert list(f["metric"].cat.categories) == ["RTT (ms)", "backlog (bytes)", "goodput (kbit/s)"]
+    assert set(f["direction"]) == {"downlink"} and set(f["variant"]) == {"cubic", "copa-0.5"}
+    n_ping = (t.ping["household_id"] == 9254).sum() - t.ping.loc[
+        t.ping["household_id"] == 9254, "rtt_ms"].isna().sum()
+    assert (f["metric"] == "RTT (ms)").sum() == n_ping
+
+
+def test_unknown_figure(built):
+    root, _, _ = built
+    with pytest.raises(figures.FigureError, match="unknown figure 'pie'"):
+        figures.make_figure("pie", root / "tables")

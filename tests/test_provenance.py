@@ -1,0 +1,90 @@
+"""Provenance sidecars and `latency-divide trace` on real trial fixtures (copied to tmp)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from latency_divide import provenance, tables
+from latency_divide.cli import main as cli_main
+
+TRIALS = Path(__file__).parent / "data" / "trials"
+DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    """A working tree in tmp: raw trials, trials table, a 'figure' and its sidecar; relative
+    paths as the workflow records them."""
+    monkeypatch.chdir(tmp_path)
+    for d in DIRS:
+        shutil.copytree(d, Path("results/raw") / d.relative_to(TRIALS))
+    dirs = sorted(p.parent for p in Path("results/raw").glob("*/*/*/rep*/meta.json"))
+    t = tables.build_tables(dirs, Path("results/tables"))
+    fig = Path("results/figures/x.pdf")
+    fig.parent.mkdir(parents=True)
+    fig.write_bytes(b"%PDF-1.4 stand-in bytes for hashing\n")
+    rec = provenance.build_sidecar(fig, [fig], t.trials, tables=["results/tables/trials.parquet"],
+                                   config={"qfactor": 2, "directions": ["uplink"]}, git_rev="abc")
+    provenance.write_sidecar(rec, provenance.sidecar_path(fig))
+    return fig, rec, t
+
+
+def test_sidecar_content(setup):
+    fig, rec, t = setup
+    side = json.loads(Path("results/figures/x.provenance.json").read_text())
+    assert side == rec
+    assert side["households"] == {"0-30": [13570, 799254], "30-40": [9254]}
+    assert len(side["trials"]) == 6
+    first = side["trials"][0]
+    d = Path(first["path"])
+    assert set(first["files"]) == {f.name for f in d.iterdir()}
+    assert first["files"]["meta.json"] == provenance.sha256_file(d / "meta.json")
+    assert side["git_revision"] == "abc"
+    assert side["config_hash"] == provenance.config_hash({"directions": ["uplink"], "qfactor": 2})
+    assert side["outputs"][str(fig)] == provenance.sha256_file(fig)
+
+
+def test_config_hash_is_canonical():
+    assert provenance.config_hash({"a": 1, "b": [1, 2]}) == provenance.config_hash({"b": [1, 2], "a": 1})
+    assert provenance.config_hash({"a": 1}) != provenance.config_hash({"a": 2})
+
+
+def test_verify_ok_and_trace_output(setup, capsys):
+    fig, rec, _ = setup
+    res = provenance.verify(fig)
+    assert res.ok and res.checked == 2 + sum(len(t["files"]) for t in rec["trials"])
+    assert cli_main(["trace", str(fig)]) == 0
+    out = capsys.readouterr().out
+    assert "0-30: 13570, 799254" in out and "30-40: 9254" in out
+    assert "verified:     OK" in out
+    assert cli_main(["trace", str(fig), "--files"]) == 0
+    assert rec["trials"][0]["files"]["queue.jsonl"] in capsys.readouterr().out
+
+
+def test_trace_names_a_changed_missing_and_extra_file(setup, capsys):
+    fig, rec, _ = setup
+    d = Path(rec["trials"][2]["path"])
+    with open(d / "ping.log", "a") as f:
+        f.write("[1.0] no answer yet for icmp_seq=999\n")
+    (Path(rec["trials"][3]["path"]) / "queue.jsonl").unlink()
+    (Path(rec["trials"][4]["path"]) / "late.txt").write_text("x")
+    assert cli_main(["trace", str(fig)]) == 2
+    out = capsys.readouterr().out
+    assert f"MISMATCH {d / 'ping.log'}: sha256" in out
+    assert f"MISMATCH {Path(rec['trials'][3]['path']) / 'queue.jsonl'}: missing" in out
+    assert "late.txt: not in the recorded trial" in out
+    assert "3 MISMATCH(ES)" in out
+
+
+def test_trace_changed_figure(setup, capsys):
+    fig, _, _ = setup
+    fig.write_bytes(b"%PDF-1.4 other\n")
+    assert cli_main(["trace", str(fig)]) == 2
+    assert f"MISMATCH {fig}: sha256" in capsys.readouterr().out
+
+
+def test_trace_without_sidecar(tmp_path, capsys):
+    assert cli_main(["trace", str(tmp_path / "nofig.pdf")]) == 1
+    assert "no provenance sidecar" in capsys.readouterr().err

@@ -1,0 +1,231 @@
+"""Tables from the real trial fixtures in tests/data/trials (see regenerate.py there).
+
+Expected values are recomputed here from the raw files directly (receiver.json, ping.log,
+queue.jsonl), not through the package's parsers."""
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy import stats
+
+from latency_divide import tables
+from latency_divide.cli import main as cli_main
+
+TRIALS = Path(__file__).parent / "data" / "trials"
+DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
+
+
+def test_fixtures_present_and_small():
+    assert len(DIRS) == 6
+    total = sum(f.stat().st_size for d in DIRS for f in d.rglob("*") if f.is_file())
+    assert total < 300_000
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tables")
+    t = tables.build_tables(DIRS, out)
+    return t, out
+
+
+def independent_row(d: Path) -> dict:
+    """The measurement definitions of EXPERIMENT.md, from the raw files."""
+    rj = json.loads((d / "receiver.json").read_text())
+    meta = json.loads((d / "meta.json").read_text())
+    start, end = rj["start_unix"], rj["start_unix"] + rj["duration_s"]
+    replies = [(float(m[1]), float(m[2])) for m in re.finditer(
+        r"^\[([\d.]+)\] \d+ bytes from .*? time=([\d.]+) ms", (d / "ping.log").read_text(), re.M)]
+    base = min(r for t, r in replies if t < start)
+    during = np.array([r for t, r in replies if start <= t <= end]) - base
+    backlog = []
+    for line in (d / "queue.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if start <= rec["t_unix"] <= end:
+            backlog += [q["backlog"] for q in rec["qdisc"] if q["kind"] == "bfifo"]
+    goodput = rj["bytes"] * 8 / rj["duration_s"] / 1000
+    return {
+        "goodput_kbps": goodput,
+        "norm_tput": goodput / meta["capacity_kbps"],
+        "base_rtt_measured_ms": base,
+        "self_delay_mean_ms": during.mean(),
+        "self_delay_median_ms": np.median(during),
+        "self_delay_p95_ms": np.percentile(during, 95),
+        "queue_mean_bytes": np.mean(backlog),
+        "household_id": meta["household"]["unit_id"],
+        "capacity_kbps": meta["capacity_kbps"],
+    }
+
+
+def test_trials_table_matches_independent_computation(built):
+    t, _ = built
+    df = t.trials
+    assert len(df) == 6 and not t.skipped
+    assert list(df.columns) == tables.TRIALS_SCHEMA.names
+    for d in DIRS:
+        row = df[df["trial_path"] == d.as_posix()].iloc[0]
+        exp = independent_row(d)
+        for k, v in exp.items():
+            assert row[k] == pytest.approx(v, rel=1e-3, abs=1e-3), (d, k)
+        assert row["window_source"] == "receiver_intervals"
+        assert row["ping_loss_pct"] == 0.0
+        assert 0 < row["norm_tput"] <= 1.05
+        assert row["started_at"] < row["ended_at"]
+
+
+def test_parquet_files_typed_and_versioned(built):
+    _, out = built
+    for name, rel in [("trials", "trials.parquet"), ("summary", "summary.parquet"),
+                      ("ping", "timeseries/ping.parquet"), ("queue", "timeseries/queue.parquet"),
+                      ("throughput", "timeseries/throughput.parquet")]:
+        schema = pq.read_schema(out / rel)
+        md = schema.metadata
+        assert md[b"latency_divide.table"] == name.encode()
+        assert md[b"latency_divide.schema_version"] == str(tables.SCHEMA_VERSION).encode()
+        assert schema.remove_metadata().equals(tables.SCHEMAS[name]), name
+    assert not list(out.rglob("*ld-tmp*"))
+
+
+def test_read_table_rejects_unversioned_or_wrong_table(built, tmp_path):
+    _, out = built
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"a": [1]}), plain)
+    with pytest.raises(tables.LatencyDivideError, match="schema version"):
+        tables.read_table(plain)
+    with pytest.raises(tables.LatencyDivideError, match="expected 'summary'"):
+        tables.read_table(out / "trials.parquet", "summary")
+
+
+def test_timeseries_keyed_and_relative_to_transfer_start(built):
+    t, _ = built
+    for name in ("ping", "queue", "throughput"):
+        df = getattr(t, name)
+        assert list(df.columns[:5]) == ["household_id", "direction", "variant", "repetition", "t_s"]
+        assert df.groupby(list(tables.KEYS)).ngroups == 6
+    d = DIRS[0]
+    meta = json.loads((d / "meta.json").read_text())
+    rj = json.loads((d / "receiver.json").read_text())
+    key = (t.throughput["household_id"] == meta["household"]["unit_id"]) & (
+        t.throughput["direction"] == meta["direction"]) & (
+        t.throughput["variant"] == meta["variant"]["name"])
+    thr = t.throughput[key]
+    assert thr["bytes"].sum() == rj["bytes"]
+    assert thr["t_s"].iloc[-1] == pytest.approx(rj["duration_s"], abs=1e-3)
+    ping = t.ping[(t.ping["household_id"] == meta["household"]["unit_id"]) & (
+        t.ping["direction"] == meta["direction"]) & (t.ping["variant"] == meta["variant"]["name"])]
+    assert (ping.loc[ping["t_s"] < 0, "during_transfer"] == False).all()  # noqa: E712
+    assert ping.loc[~ping["during_transfer"] & (ping["t_s"] < 0), "self_delay_ms"].min() == 0.0
+
+
+def test_summary_ci_over_households(built):
+    t, _ = built
+    s = tables.summary(t.trials)
+    up = s[(s["price_bucket"] == "0-30") & (s["direction"] == "uplink") & (s["variant"] == "cubic")]
+    assert len(up) == 1
+    up = up.iloc[0]
+    x = t.trials[(t.trials["price_bucket"] == "0-30") & (t.trials["variant"] == "cubic")][
+        "self_delay_mean_ms"].to_numpy()
+    assert up["households"] == 2
+    half = stats.t.ppf(0.975, 1) * x.std(ddof=1) / math.sqrt(2)
+    assert up["self_delay_mean_ms_mean"] == pytest.approx(x.mean())
+    assert up["self_delay_mean_ms_ci95_lo"] == pytest.approx(x.mean() - half)
+    assert up["self_delay_mean_ms_ci95_hi"] == pytest.approx(x.mean() + half)
+    one = s[(s["price_bucket"] == "30-40")].iloc[0]
+    assert one["households"] == 1 and math.isnan(one["norm_tput_ci95_lo"])
+
+
+def test_summary_averages_repetitions_within_household_first(built):
+    t, _ = built
+    base = t.trials[(t.trials["direction"] == "uplink") & (t.trials["variant"] == "cubic")]
+    a, b = base.iloc[0].copy(), base.iloc[1].copy()
+    # household a: three repetitions 10, 20, 30 (mean 20); household b: one, 40
+    rows = []
+    for rep, val in ((1, 10.0), (2, 20.0), (3, 30.0)):
+        r = a.copy()
+        r["repetition"], r["self_delay_mean_ms"] = rep, val
+        rows.append(r)
+    b["self_delay_mean_ms"] = 40.0
+    rows.append(b)
+    s = tables.summary(pd.DataFrame(rows)).iloc[0]
+    assert s["households"] == 2 and s["trials"] == 4
+    assert s["self_delay_mean_ms_mean"] == pytest.approx(30.0)  # not (10+20+30+40)/4 = 25
+    assert s["self_delay_mean_ms_sd"] == pytest.approx(np.std([20.0, 40.0], ddof=1))
+
+
+def copy_trial(d: Path, dst_root: Path) -> Path:
+    dst = dst_root / d.relative_to(TRIALS)
+    shutil.copytree(d, dst)
+    return dst
+
+
+def test_missing_file_and_truncated_log_are_named_and_left_out(tmp_path):
+    good = [copy_trial(d, tmp_path) for d in DIRS]
+    (good[0] / "ping.log").unlink()
+    text = (good[1] / "receiver.log").read_text()
+    cut = text[: text.index("Received ")]  # the log ends before the transfer summary
+    (good[1] / "receiver.log").write_text(cut)
+    with pytest.warns(tables.TrialSkipped) as rec:
+        t = tables.collect(good)
+    msgs = [str(w.message) for w in rec]
+    assert any(str(good[0]) in m and "missing file ping.log" in m for m in msgs)
+    assert any(str(good[1]) in m and "receiver.log is truncated" in m for m in msgs)
+    assert len(t.trials) == 4
+    assert {e.path for e in t.skipped} == {str(good[0]), str(good[1])}
+    assert str(good[0].as_posix()) not in set(t.trials["trial_path"])
+
+
+def test_zero_valid_trials_is_an_error(tmp_path):
+    d = copy_trial(DIRS[0], tmp_path)
+    (d / "meta.json").write_text("{")
+    with pytest.warns(tables.TrialSkipped):
+        with pytest.raises(tables.NoValidTrials, match="no valid trials among 1 trial directory"):
+            tables.collect([d])
+    with pytest.raises(tables.NoValidTrials):
+        tables.collect([])
+
+
+def test_no_idle_ping_is_invalid(tmp_path):
+    d = copy_trial(DIRS[0], tmp_path)
+    start = json.loads((d / "receiver.json").read_text())["start_unix"]
+    lines = (d / "ping.log").read_text().splitlines(keepends=True)
+    kept = [l for l in lines if not l.startswith("[") or float(l[1:l.index("]")]) >= start]
+    (d / "ping.log").write_text("".join(kept))
+    with pytest.raises(tables.TrialInvalid, match="no ping reply before the transfer"):
+        tables.summarize_trial(d)
+
+
+def test_duplicate_keys_rejected(tmp_path):
+    a = copy_trial(DIRS[0], tmp_path / "a")
+    b = copy_trial(DIRS[0], tmp_path / "b")
+    with pytest.raises(tables.LatencyDivideError, match="share household"):
+        tables.collect([a, b])
+
+
+def test_cli_summarize_prints_the_table_row(built, capsys):
+    t, _ = built
+    d = DIRS[0]
+    assert cli_main(["summarize", str(d), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    row = t.trials[t.trials["trial_path"] == d.as_posix()].iloc[0].to_dict()
+    exp = tables.row_jsonable(row)
+    assert got.keys() == exp.keys()
+    for k, v in exp.items():
+        if isinstance(v, float):
+            assert got[k] == pytest.approx(v)
+        else:
+            assert got[k] == v
+    assert cli_main(["summarize", str(d)]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^self_delay_mean_ms\s+\S+", text, re.M)
+
+
+def test_cli_summarize_bad_dir(tmp_path, capsys):
+    assert cli_main(["summarize", str(tmp_path / "nope")]) == 1
+    assert "not a directory" in capsys.readouterr().err
