@@ -17,6 +17,7 @@ validate(config, "config/schema.yaml")
 include: "rules/common.smk"
 include: "rules/households.smk"
 include: "rules/links.smk"
+include: "rules/provision.smk"
 include: "rules/trials.smk"
 
 

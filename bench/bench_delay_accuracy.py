@@ -7,7 +7,7 @@ Topology (real network namespaces, created here and removed in `finally`):
 D bridges its two veth ends at layer 2: with a kernel bridge for the baseline, with
 `delayline` for the measurements. For each one-way delay d it pings A -> B (ICMP echo every
 INTERVAL s, COUNT requests, RTT from kernel receive timestamps; see PINGER) while the path is idle and while a UDP flow of RATE Mbit/s of 1514-byte
-frames (iperf3 -u -l 1472) crosses it from A to B, and reports
+frames (iperf3 -u -l 1472 -w 4M) crosses it from A to B, and reports
 
     error = RTT - 2*d - baseline
 
@@ -144,10 +144,11 @@ while True:
 """
 
 
-def ping_rtts_ms(line: Line, count: int, interval_s: float) -> list[float]:
+def ping_rtts_ms(line: Line, count: int, interval_s: float, rt_priority: int = 0) -> list[float]:
     a = line.r("a")
     a.run(["ping", "-c", "2", "-W", "5", ADDR_B], timeout=20)  # ARP, warm caches
-    out = a.run([sys.executable, "-c", PINGER, ADDR_B, str(count), f"{interval_s:g}"],
+    chrt = ["chrt", "-f", str(rt_priority)] if rt_priority else []
+    out = a.run([*chrt, sys.executable, "-c", PINGER, ADDR_B, str(count), f"{interval_s:g}"],
                 timeout=count * interval_s + 60).stdout
     rtts = [float(ln.split()[1]) for ln in out.splitlines() if ln.strip()]
     if len(rtts) < count * 0.95:
@@ -182,11 +183,13 @@ def measure(line: Line, tmp: Path, delay_ms: float, loaded: bool, args) -> dict:
                                        stdout=tmp / "iperf3-server.out")
             time.sleep(0.5)
             iperf_json = tmp / f"iperf3-{delay_ms:g}.json"
+            bidir = ["--bidir"] if args.bidir else []
             client = line.r("a").start(["iperf3", "-c", ADDR_B, "-u", "-b", f"{args.rate_mbit}M",
-                                        "-l", "1472", "-t", str(load_s), "-J"], stdout=iperf_json)
+                                        "-l", "1472", "-w", "4M", "-t", str(load_s), *bidir,
+                                        "-J"], stdout=iperf_json)
             time.sleep(1.0)
         t0, c0 = time.monotonic(), cpu_ticks(dl.pid)
-        rtts = ping_rtts_ms(line, args.count, args.interval_s)
+        rtts = ping_rtts_ms(line, args.count, args.interval_s, args.pinger_rt_priority)
         t1, c1 = time.monotonic(), cpu_ticks(dl.pid)
         if client is not None:
             client.wait(timeout=120)
@@ -200,7 +203,8 @@ def measure(line: Line, tmp: Path, delay_ms: float, loaded: bool, args) -> dict:
         raise RuntimeError(f"delayline exited {rc}: {err_path.read_text()}")
     stats = json.loads(stats_path.read_text())
     row = {
-        "delay_ms": delay_ms, "load": f"udp {args.rate_mbit}M" if loaded else "idle",
+        "delay_ms": delay_ms,
+        "load": (f"udp {args.rate_mbit}M" + (" x2" if args.bidir else "")) if loaded else "idle",
         "n": len(rtts), "rtt_median_ms": statistics.median(rtts),
         "cpu_pct": 100.0 * (c1 - c0) / CLK_TCK / (t1 - t0),
         "drops": stats["a_to_b"]["drops"] + stats["b_to_a"]["drops"],
@@ -209,9 +213,10 @@ def measure(line: Line, tmp: Path, delay_ms: float, loaded: bool, args) -> dict:
         "rtts": rtts,
     }
     if iperf_json is not None:
-        end = json.loads(iperf_json.read_text())["end"]["sum"]
-        row["load_mbit"] = end["bits_per_second"] / 1e6
-        row["load_lost"] = end.get("lost_packets", 0)
+        end = json.loads(iperf_json.read_text())["end"]
+        sums = [end["sum"]] + ([end["sum_bidir_reverse"]] if args.bidir else [])
+        row["load_mbit"] = sum(x["bits_per_second"] for x in sums) / 1e6
+        row["load_lost"] = sum(x.get("lost_packets", 0) for x in sums)
     return row
 
 
@@ -231,6 +236,10 @@ def parse_args(argv=None):
     p.add_argument("--count", type=int, default=400, help="pings per row (default 400)")
     p.add_argument("--interval-s", type=float, default=0.01, help="ping interval (default 0.01)")
     p.add_argument("--rate-mbit", type=int, default=35, help="UDP load rate (default 35)")
+    p.add_argument("--pinger-rt-priority", type=int, default=0,
+                   help="run the pinger under chrt -f N (default 0: normal scheduler)")
+    p.add_argument("--bidir", action="store_true",
+                   help="load both directions (iperf3 --bidir): RATE each way")
     p.add_argument("--spin-us", type=int, default=50, help="delayline --spin-us (default 50)")
     p.add_argument("--rt-priority", type=int, default=10,
                    help="delayline --rt-priority (default 10; 0 = normal scheduler)")
@@ -239,6 +248,8 @@ def parse_args(argv=None):
         p.error(f"--count {a.count}: allowed 10..100000")
     if not 0.002 <= a.interval_s <= 1:
         p.error(f"--interval-s {a.interval_s}: allowed 0.002..1")
+    if not 0 <= a.pinger_rt_priority <= 99:
+        p.error(f"--pinger-rt-priority {a.pinger_rt_priority}: allowed 0..99")
     if not 1 <= a.rate_mbit <= 1000:
         p.error(f"--rate-mbit {a.rate_mbit}: allowed 1..1000")
     return a
@@ -260,7 +271,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="ld-bench-") as tmpd:
             tmp = Path(tmpd)
             line.kernel_bridge(True)
-            base = ping_rtts_ms(line, args.count, args.interval_s)
+            base = ping_rtts_ms(line, args.count, args.interval_s, args.pinger_rt_priority)
             line.kernel_bridge(False)
             baseline_ms = statistics.median(base)
             zero = measure(line, tmp, 0.0, False, args)
@@ -277,8 +288,9 @@ def main(argv=None) -> int:
           f"{zero['rtt_median_ms'] - baseline_ms:+.3f} ms)")
     print(f"error = RTT - 2*delay - baseline ({baseline_ms:.3f} ms subtracted); "
           f"echo every {args.interval_s:g} s x {args.count}; "
-          f"--spin-us {args.spin_us} --rt-priority {args.rt_priority}")
-    hdr = (f"{'delay_ms':>8} {'load':>10} {'n':>5} {'rtt_med_ms':>10} {'raw_err_med':>11} "
+          f"--spin-us {args.spin_us} --rt-priority {args.rt_priority}; "
+          f"pinger rt priority {args.pinger_rt_priority or 'none'}")
+    hdr = (f"{'delay_ms':>8} {'load':>13} {'n':>5} {'rtt_med_ms':>10} {'raw_err_med':>11} "
            f"{'err_med_ms':>10} {'err_p99_ms':>10} {'err_max_ms':>10} {'cpu_%':>6} "
            f"{'drops':>5} {'late_p99_us':>11} {'load_mbit':>9} {'load_lost':>9}")
     print(hdr)
@@ -290,7 +302,7 @@ def main(argv=None) -> int:
             ok = False
         load_mbit = f"{r['load_mbit']:.1f}" if "load_mbit" in r else "-"
         load_lost = str(r["load_lost"]) if "load_lost" in r else "-"
-        print(f"{r['delay_ms']:>8g} {r['load']:>10} {r['n']:>5} {r['rtt_median_ms']:>10.3f} "
+        print(f"{r['delay_ms']:>8g} {r['load']:>13} {r['n']:>5} {r['rtt_median_ms']:>10.3f} "
               f"{r['rtt_median_ms'] - 2 * r['delay_ms']:>11.3f} {med:>10.3f} {p99:>10.3f} "
               f"{max(err):>10.3f} {r['cpu_pct']:>6.1f} {r['drops']:>5} "
               f"{r['late_p99_us'] if r['late_p99_us'] is not None else '-':>11} {load_mbit:>9} "

@@ -36,7 +36,7 @@ def test_sidecar_content(setup):
     side = json.loads(Path("results/figures/x.provenance.json").read_text())
     assert side == rec
     assert side["households"] == {"0-30": [13570, 799254], "30-40": [9254]}
-    assert len(side["trials"]) == 6
+    assert len(side["trials"]) == 5
     first = side["trials"][0]
     d = Path(first["path"])
     assert set(first["files"]) == {f.name for f in d.iterdir()}
@@ -60,20 +60,20 @@ def test_verify_ok_and_trace_output(setup, capsys):
     assert "0-30: 13570, 799254" in out and "30-40: 9254" in out
     assert "verified:     OK" in out
     assert cli_main(["trace", str(fig), "--files"]) == 0
-    assert rec["trials"][0]["files"]["queue.jsonl"] in capsys.readouterr().out
+    assert rec["trials"][0]["files"]["queue.jsonl.gz"] in capsys.readouterr().out
 
 
 def test_trace_names_a_changed_missing_and_extra_file(setup, capsys):
     fig, rec, _ = setup
     d = Path(rec["trials"][2]["path"])
-    with open(d / "ping.log", "a") as f:
-        f.write("[1.0] no answer yet for icmp_seq=999\n")
-    (Path(rec["trials"][3]["path"]) / "queue.jsonl").unlink()
+    with open(d / "ping.log.gz", "ab") as f:
+        f.write(b"appended")
+    (Path(rec["trials"][3]["path"]) / "queue.jsonl.gz").unlink()
     (Path(rec["trials"][4]["path"]) / "late.txt").write_text("x")
     assert cli_main(["trace", str(fig)]) == 2
     out = capsys.readouterr().out
-    assert f"MISMATCH {d / 'ping.log'}: sha256" in out
-    assert f"MISMATCH {Path(rec['trials'][3]['path']) / 'queue.jsonl'}: missing" in out
+    assert f"MISMATCH {d / 'ping.log.gz'}: sha256" in out
+    assert f"MISMATCH {Path(rec['trials'][3]['path']) / 'queue.jsonl.gz'}: missing" in out
     assert "late.txt: not in the recorded trial" in out
     assert "3 MISMATCH(ES)" in out
 

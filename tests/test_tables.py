@@ -3,6 +3,7 @@
 Expected values are recomputed here from the raw files directly (receiver.json, ping.log,
 queue.jsonl), not through the package's parsers."""
 
+import gzip
 import json
 import math
 import re
@@ -24,7 +25,7 @@ DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
 
 
 def test_fixtures_present_and_small():
-    assert len(DIRS) == 6
+    assert len(DIRS) == 5
     total = sum(f.stat().st_size for d in DIRS for f in d.rglob("*") if f.is_file())
     assert total < 300_000
 
@@ -36,17 +37,24 @@ def built(tmp_path_factory):
     return t, out
 
 
+def raw_text(d: Path, name: str) -> str:
+    """A raw log, plain or gzip-compressed (the trial runner stores name.gz)."""
+    if (d / name).exists():
+        return (d / name).read_text()
+    return gzip.decompress((d / f"{name}.gz").read_bytes()).decode()
+
+
 def independent_row(d: Path) -> dict:
     """The measurement definitions of EXPERIMENT.md, from the raw files."""
     rj = json.loads((d / "receiver.json").read_text())
     meta = json.loads((d / "meta.json").read_text())
     start, end = rj["start_unix"], rj["start_unix"] + rj["duration_s"]
     replies = [(float(m[1]), float(m[2])) for m in re.finditer(
-        r"^\[([\d.]+)\] \d+ bytes from .*? time=([\d.]+) ms", (d / "ping.log").read_text(), re.M)]
+        r"^\[([\d.]+)\] \d+ bytes from .*? time=([\d.]+) ms", raw_text(d, "ping.log"), re.M)]
     base = min(r for t, r in replies if t < start)
     during = np.array([r for t, r in replies if start <= t <= end]) - base
     backlog = []
-    for line in (d / "queue.jsonl").read_text().splitlines():
+    for line in raw_text(d, "queue.jsonl").splitlines():
         rec = json.loads(line)
         if start <= rec["t_unix"] <= end:
             backlog += [q["backlog"] for q in rec["qdisc"] if q["kind"] == "bfifo"]
@@ -67,7 +75,7 @@ def independent_row(d: Path) -> dict:
 def test_trials_table_matches_independent_computation(built):
     t, _ = built
     df = t.trials
-    assert len(df) == 6 and not t.skipped
+    assert len(df) == 5 and not t.skipped
     assert list(df.columns) == tables.TRIALS_SCHEMA.names
     for d in DIRS:
         row = df[df["trial_path"] == d.as_posix()].iloc[0]
@@ -108,7 +116,7 @@ def test_timeseries_keyed_and_relative_to_transfer_start(built):
     for name in ("ping", "queue", "throughput"):
         df = getattr(t, name)
         assert list(df.columns[:5]) == ["household_id", "direction", "variant", "repetition", "t_s"]
-        assert df.groupby(list(tables.KEYS)).ngroups == 6
+        assert df.groupby(list(tables.KEYS)).ngroups == 5
     d = DIRS[0]
     meta = json.loads((d / "meta.json").read_text())
     rj = json.loads((d / "receiver.json").read_text())
@@ -137,7 +145,7 @@ def test_summary_ci_over_households(built):
     assert up["self_delay_mean_ms_mean"] == pytest.approx(x.mean())
     assert up["self_delay_mean_ms_ci95_lo"] == pytest.approx(x.mean() - half)
     assert up["self_delay_mean_ms_ci95_hi"] == pytest.approx(x.mean() + half)
-    one = s[(s["price_bucket"] == "30-40")].iloc[0]
+    one = s[(s["price_bucket"] == "30-40")].iloc[0]  # one household: no interval
     assert one["households"] == 1 and math.isnan(one["norm_tput_ci95_lo"])
 
 
@@ -167,16 +175,16 @@ def copy_trial(d: Path, dst_root: Path) -> Path:
 
 def test_missing_file_and_truncated_log_are_named_and_left_out(tmp_path):
     good = [copy_trial(d, tmp_path) for d in DIRS]
-    (good[0] / "ping.log").unlink()
-    text = (good[1] / "receiver.log").read_text()
+    (good[0] / "ping.log.gz").unlink()
+    text = raw_text(good[1], "receiver.log")
     cut = text[: text.index("Received ")]  # the log ends before the transfer summary
-    (good[1] / "receiver.log").write_text(cut)
+    (good[1] / "receiver.log.gz").write_bytes(gzip.compress(cut.encode()))
     with pytest.warns(tables.TrialSkipped) as rec:
         t = tables.collect(good)
     msgs = [str(w.message) for w in rec]
-    assert any(str(good[0]) in m and "missing file ping.log" in m for m in msgs)
+    assert any(str(good[0]) in m and "missing file ping.log (or ping.log.gz)" in m for m in msgs)
     assert any(str(good[1]) in m and "receiver.log is truncated" in m for m in msgs)
-    assert len(t.trials) == 4
+    assert len(t.trials) == 3
     assert {e.path for e in t.skipped} == {str(good[0]), str(good[1])}
     assert str(good[0].as_posix()) not in set(t.trials["trial_path"])
 
@@ -194,8 +202,9 @@ def test_zero_valid_trials_is_an_error(tmp_path):
 def test_no_idle_ping_is_invalid(tmp_path):
     d = copy_trial(DIRS[0], tmp_path)
     start = json.loads((d / "receiver.json").read_text())["start_unix"]
-    lines = (d / "ping.log").read_text().splitlines(keepends=True)
+    lines = raw_text(d, "ping.log").splitlines(keepends=True)
     kept = [l for l in lines if not l.startswith("[") or float(l[1:l.index("]")]) >= start]
+    (d / "ping.log.gz").unlink()
     (d / "ping.log").write_text("".join(kept))
     with pytest.raises(tables.TrialInvalid, match="no ping reply before the transfer"):
         tables.summarize_trial(d)

@@ -20,6 +20,7 @@ from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.rawio import read_text
+from latency_divide.runners import pid_alive
 from latency_divide.trial import TrialSpec, repo_root, run_trial
 
 from netns_util import needs_root
@@ -129,13 +130,48 @@ def _config(dst: Path, **trial) -> Path:
     return p
 
 
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (Snakemake puts jobs in their own process
+    groups, and our runner starts tools in their own sessions): freeze first, so nothing
+    escapes by being re-parented, then kill."""
+    tree = {pid} | _descendants(pid)
+    for p in tree:
+        os.kill(p, signal.SIGSTOP)
+    tree |= _descendants(pid)
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
     wf = _workflow_copy(tmp_path)
     cfg = _config(wf, duration_s=4, idle_s=1)
     hh = yaml.safe_load(cfg.read_text())["households"]["buckets"][0]["ids"][0]
     metas = [wf / "results" / "raw" / str(hh) / d / "cubic" / "rep1" / "meta.json"
              for d in ("uplink", "downlink")]
-    cmd = [str(VENV_BIN / "snakemake"), "--cores", "1", "--configfile", str(cfg), "all"]
+    cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--configfile", str(cfg)]
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -152,11 +188,11 @@ def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
             assert time.monotonic() < deadline, "second trial did not start"
             time.sleep(0.05)
         time.sleep(2.0)
-        os.killpg(proc.pid, signal.SIGKILL)   # the worst case: no handler runs
+        _kill_tree(proc.pid)   # the worst case (power cut, OOM kill): no handler runs
         proc.wait()
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc.pid)
             proc.wait()
     first_mtime = first.stat().st_mtime_ns
     assert not second.exists()

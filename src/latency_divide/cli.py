@@ -104,6 +104,9 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, default=0, help="retries on transient failures")
     p.add_argument("--out", required=True, help="root of the raw layout; the trial goes to "
                    "OUT/<household>/<direction>/<variant>/rep<r>/")
+    p.add_argument("--inventory", help="run on an SSH testbed described by this inventory "
+                   "(docs/remote-testbed.md) instead of local namespaces")
+    p.add_argument("--slice", help="the inventory's slice to use (default: the first)")
 
 
 def _trial(args) -> int:
@@ -134,8 +137,15 @@ def _trial(args) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _interrupt)
-    d = run_trial_with_retries(spec, args.out, retries=args.retries,
-                               log=lambda m: print(m, file=sys.stderr))
+    from .trial import make_testbed
+
+    testbed = make_testbed("ssh" if args.inventory else "local", args.inventory, args.slice)
+    try:
+        d = run_trial_with_retries(spec, args.out, retries=args.retries,
+                                   log=lambda m: print(m, file=sys.stderr), testbed=testbed)
+    finally:
+        if hasattr(testbed, "close"):
+            testbed.close()
     print(d)
     return 0
 
@@ -164,7 +174,40 @@ def _clean(args) -> int:
         print("nothing to clean")
     for e in rep.errors:
         print(f"error: {e}", file=sys.stderr)
-    return 1 if rep.errors else 0
+    from .ssh import clean_remote
+
+    done, remote_errors = clean_remote(force=args.force)
+    for line in done:
+        print(line)
+    for e in remote_errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 1 if rep.errors or remote_errors else 0
+
+
+def _provision_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", required=True, help="the SSH testbed inventory (YAML)")
+    p.add_argument("--slice", help="only this slice (default: all)")
+    p.add_argument("--role", choices=["server", "gateway", "delay", "client"],
+                   help="only this node of the slice (default: all four)")
+    p.add_argument("--out", default="results/provision", help="sentinel files go to "
+                   "OUT/<slice>/<role>.json (default results/provision)")
+
+
+def _provision(args) -> int:
+    from pathlib import Path
+
+    from .inventory import ROLES, load_inventory
+    from .ssh import provision_node, write_sentinel
+
+    inv = load_inventory(args.inventory)
+    slices = [inv.slice(args.slice)] if args.slice else list(inv.slices)
+    for sl in slices:
+        for role in [args.role] if args.role else list(ROLES):
+            facts = provision_node(inv, sl.name, role, log=lambda m: print(m, file=sys.stderr))
+            out = Path(args.out) / sl.name / f"{role}.json"
+            write_sentinel(out, facts)
+            print(out)
+    return 0
 
 
 def _summarize_args(p: argparse.ArgumentParser) -> None:
@@ -207,7 +250,10 @@ COMMANDS: dict[str, Command] = {
     "linkplan": Command("print the tc/delay commands for a household", _linkplan_args, _linkplan),
     "summarize": Command("print one trial's row of the trials table", _summarize_args, _summarize),
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
-    "trial": Command("run one trial on the local testbed (network namespaces)", _trial_args, _trial),
+    "trial": Command("run one trial (local namespaces, or an SSH testbed with --inventory)",
+                     _trial_args, _trial),
+    "provision": Command("prepare SSH testbed nodes (packages, our tools)", _provision_args,
+                         _provision),
     "clean": Command("remove our namespaces and processes left by a killed run", _clean_args,
                      _clean),
 }

@@ -63,14 +63,16 @@ HTB_QUANTUM_MIN = 1000  # ... and below this
 HTB_DEFAULT_R2Q = 10
 
 _PLACEHOLDER = "{dev}"
-_IFNAME_BAD = re.compile(r"[/:\s]")
+_IFNAME_BAD = re.compile(r"[/:\s\x00-\x1f\x7f]")
 
 
 def check_ifname(dev: str) -> str:
-    """Linux interface-name rules: 1-15 bytes, no '/', ':' or whitespace (and not . or ..)."""
+    """Linux interface-name rules: 1-15 bytes, no '/', ':', whitespace or control characters,
+    and not "." or ".." (the kernel's dev_valid_name)."""
     if not isinstance(dev, str) or not 1 <= len(dev.encode()) <= 15 or _IFNAME_BAD.search(dev) or dev in (".", ".."):
         raise ConfigError(
-            f"interface name {dev!r} is invalid: 1 to 15 characters without '/', ':' or whitespace"
+            f"interface name {dev!r} is invalid: 1 to 15 bytes without '/', ':', whitespace"
+            " or control characters"
         )
     return dev
 
@@ -81,8 +83,10 @@ def _dev(dev: str) -> str:
 
 
 def _fmt_ms(ms: float) -> str:
-    """Milliseconds for tc/delayline: up to 4 decimals (0.1 us), no trailing zeros."""
-    text = f"{ms:.4f}".rstrip("0").rstrip(".")
+    """Milliseconds for tc/delayline: up to 6 decimals (1 ns; RTTs have half microseconds,
+    so rtt/2 needs 4), no trailing zeros. Both tc (iproute2 >= 5.x) and delayline read
+    fractional milliseconds to the nanosecond."""
+    text = f"{ms:.6f}".rstrip("0").rstrip(".")
     return text or "0"
 
 

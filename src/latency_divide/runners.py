@@ -169,10 +169,16 @@ def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "con
 
 
 def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs; a zombie (dead, not yet reaped) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")

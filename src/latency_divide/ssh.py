@@ -165,8 +165,11 @@ class FabricRunner:
     """Runs argv lists on one node over an open Fabric connection."""
 
     def __init__(self, conn: Connection, node: Node, *, rundir: str | None = None,
-                 sudo: bool | None = None, on_start=None):
+                 sudo: bool | None = None, on_start=None, reconnect=None):
         self.conn = conn
+        #: Called for a fresh connection when this one broke (a dropped link mid-trial), so
+        #: teardown can still stop the processes and restore the node.
+        self.reconnect = reconnect
         self.node = node
         self.sudo = (node.user != "root") if sudo is None else sudo
         self.rundir = rundir
@@ -180,8 +183,15 @@ class FabricRunner:
             argv = ["sudo", "-n", "--", *argv]
         return shlex.join(argv)
 
+    def _live_conn(self) -> Connection:
+        c = self.conn
+        if self.reconnect is not None and not (c.is_connected and c.transport.is_active()):
+            self.conn = self.reconnect()
+        return self.conn
+
     def _exec(self, cmd: str, argv: list[str], timeout: float | None, input: str | None):
         try:
+            self._live_conn()
             r = self.conn.run(cmd, hide=True, warn=True, timeout=timeout,
                               in_stream=io.StringIO(input) if input is not None else False)
         except CommandTimedOut:
@@ -240,7 +250,7 @@ class FabricRunner:
         """Upload atomically (temporary name, then rename)."""
         tmp = f"{remote}.tmp-{os.getpid()}-{new_tag()}"
         try:
-            sftp = self.conn.sftp()
+            sftp = self._live_conn().sftp()
             sftp.put(str(local), tmp)
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, remote)
@@ -249,7 +259,7 @@ class FabricRunner:
 
     def get(self, remote: str, local: Path) -> None:
         try:
-            self.conn.sftp().get(remote, str(local))
+            self._live_conn().sftp().get(remote, str(local))
         except FileNotFoundError:
             raise LatencyDivideError(f"{self.where}: remote file {remote} not found") from None
         except _SSH_EXC as e:
@@ -510,7 +520,8 @@ class SshTestbed:
         return c
 
     def runner(self, role: str, **kw) -> FabricRunner:
-        return FabricRunner(self.conn(role), self.slice.node(role), **kw)
+        return FabricRunner(self.conn(role), self.slice.node(role),
+                            reconnect=lambda: self.conn(role), **kw)
 
     def close(self) -> None:
         for c in self._conns.values():
@@ -640,10 +651,8 @@ class SshTopology:
     # the testbed interface -----------------------------------------------------------------
     def runner(self, role: str) -> FabricRunner:
         r = self._runners.get(role)
-        if r is None or not (r.conn.is_connected and r.conn.transport.is_active()):
+        if r is None:
             r = self.tb.runner(role, rundir=f"{self.rundir}/{role}", on_start=self._record_start)
-            if role in self._runners:
-                r._seq = self._runners[role]._seq
             self._runners[role] = r
         return r
 
@@ -1008,6 +1017,22 @@ def provision_all(inv: Inventory, out_dir: Path | None = None, log=print) -> lis
                 write_sentinel(Path(out_dir) / sl.name / f"{role}.json", facts)
             out.append(facts)
     return out
+
+
+
+def provision_job(smk) -> None:
+    """The provision_node rule: one node -> its sentinel file."""
+    from .config import load_config
+
+    cfg = load_config(dict(smk.config))
+    inv = load_inventory(cfg.testbed.inventory)
+    with open(smk.log[0], "a", buffering=1) as logf:
+        def say(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+            print(msg, file=logf)
+
+        facts = provision_node(inv, smk.wildcards.slice, smk.wildcards.role, log=say)
+    write_sentinel(Path(smk.output[0]), facts)
 
 
 if __name__ == "__main__":  # pragma: no cover

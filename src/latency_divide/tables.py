@@ -44,8 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import rawio
-from . import FORMAT_VERSION
+from . import FORMAT_VERSION, rawio
 from .errors import LatencyDivideError
 from .parsers.ping import parse_ping
 from .parsers.queue import QueueParseError, parse_queue
@@ -53,6 +52,7 @@ from .parsers.queue import QueueParseError, parse_queue
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
 SCHEMA_VERSION = 1
 
+#: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (see rawio).
 REQUIRED_FILES = ("meta.json", "receiver.log", "ping.log", "queue.jsonl")
 KEYS = ("household_id", "direction", "variant", "repetition")
 
@@ -178,31 +178,26 @@ class Trial:
 
 
 def _read(path: Path, name: str) -> str:
-    # plain or gzip-compressed (trials store large logs as NAME.gz: see rawio)
+    """Text of ``name`` or ``name.gz`` (rawio); TrialInvalid if neither can be read."""
+    if rawio.find(path, name) is None:
+        raise TrialInvalid(path, f"missing file {name} (or {name}.gz)")
     try:
         return rawio.read_text(path, name)
-    except FileNotFoundError:
-        raise TrialInvalid(path, f"missing file {name}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TrialInvalid(path, f"cannot read {name}: {e}") from None
 
 
 def _intervals_frame(intervals) -> pd.DataFrame:
-    """The tool parser's interval records as a frame (t_unix, elapsed_s, bytes)."""
+    """The tool parser's interval records (``Interval`` named tuples) as a frame
+    (t_unix, elapsed_s, bytes)."""
     cols = ["t_unix", "elapsed_s", "bytes"]
-    if intervals is None:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    if isinstance(intervals, pd.DataFrame):
-        df = intervals
-    else:
-        recs = [i if isinstance(i, dict) else vars(i) if hasattr(i, "__dict__") else i._asdict()
-                for i in intervals]
-        df = pd.DataFrame.from_records(recs) if recs else pd.DataFrame(columns=cols)
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise ValueError(f"tool intervals lack columns {missing}")
-    out = df[cols].astype({"t_unix": "float64", "elapsed_s": "float64", "bytes": "int64"})
-    return out.reset_index(drop=True)
+    if not intervals:
+        return pd.DataFrame({"t_unix": pd.Series(dtype="float64"),
+                             "elapsed_s": pd.Series(dtype="float64"),
+                             "bytes": pd.Series(dtype="int64")})
+    arr = np.array([(i.t_unix, i.elapsed_s, i.bytes) for i in intervals], dtype="float64")
+    return pd.DataFrame({"t_unix": arr[:, 0], "elapsed_s": arr[:, 1],
+                         "bytes": arr[:, 2].astype("int64")}, columns=cols)
 
 
 def _meta_get(path: Path, meta: dict, *keys):
@@ -216,14 +211,15 @@ def _meta_get(path: Path, meta: dict, *keys):
 
 def load_trial(path: Path | str) -> Trial:
     """Read and parse one trial directory; :class:`TrialInvalid` if it cannot be used."""
-    from .parsers.tool import parse_tool_log  # owned by the tool-parser module
+    from .parsers.tool import ToolParseError, parse_tool_log
 
     path = Path(path)
     if not path.is_dir():
         raise TrialInvalid(path, "not a directory")
     for name in REQUIRED_FILES:
-        if not (path / name).is_file():
-            raise TrialInvalid(path, f"missing file {name}")
+        if rawio.find(path, name) is None:
+            raise TrialInvalid(path, f"missing file {name}" + ("" if name == "meta.json" else
+                                                                f" (or {name}.gz)"))
     try:
         meta = json.loads(_read(path, "meta.json"))
     except json.JSONDecodeError as e:
@@ -247,7 +243,10 @@ def load_trial(path: Path | str) -> Trial:
         "repetition": int(_meta_get(path, meta, "repetition")),
     }
 
-    tool = parse_tool_log(_read(path, "receiver.log"))
+    try:
+        tool = parse_tool_log(_read(path, "receiver.log"))
+    except ToolParseError as e:
+        raise TrialInvalid(path, f"receiver.log: {e}") from None
     if not tool.complete:
         raise TrialInvalid(path, "receiver.log is truncated (no complete transfer summary)")
     try:
@@ -355,50 +354,55 @@ def trial_row(trial: Trial) -> dict:
     return row
 
 
-def trial_timeseries(trial: Trial, base_rtt_ms: float) -> dict[str, pd.DataFrame]:
-    """Long-format ping, queue and throughput series of one trial, t_s from transfer start."""
+def _series(trial: Trial, base_rtt_ms: float) -> dict[str, pd.DataFrame]:
+    """Ping, queue and throughput series of one trial (no key columns), t_s from transfer start."""
     start, end = trial.window
-    keys = {k: trial.keys[k] for k in KEYS}
-
-    def keyed(df: pd.DataFrame, t_unix: np.ndarray) -> pd.DataFrame:
-        out = pd.DataFrame({k: np.repeat(v, len(df)) for k, v in keys.items()})
-        out["t_s"] = t_unix - start
-        for c in df.columns:
-            out[c] = df[c].to_numpy()
-        return out
-
     p = trial.ping
     pt = p["t_unix"].to_numpy()
-    ping = keyed(
-        pd.DataFrame({
-            "seq": p["seq"].to_numpy(),
-            "rtt_ms": p["rtt_ms"].to_numpy(),
-            "self_delay_ms": p["rtt_ms"].to_numpy() - base_rtt_ms,
-            "during_transfer": (pt >= start) & (pt <= end),
-        }),
-        pt,
-    )
+    rtt = p["rtt_ms"].to_numpy()
+    ping = pd.DataFrame({
+        "t_s": pt - start,
+        "seq": p["seq"].to_numpy(),
+        "rtt_ms": rtt,
+        "self_delay_ms": rtt - base_rtt_ms,
+        "during_transfer": (pt >= start) & (pt <= end),
+    })
     q = trial.queue
     qt = q["t_unix"].to_numpy()
-    queue = keyed(
-        pd.DataFrame({
-            "backlog_bytes": q["backlog_bytes"].to_numpy(),
-            "backlog_pkts": q["backlog_pkts"].to_numpy(),
-            "drops": q["drops"].to_numpy(),
-            "during_transfer": (qt >= start) & (qt <= end),
-        }),
-        qt,
-    )
+    queue = pd.DataFrame({
+        "t_s": qt - start,
+        "backlog_bytes": q["backlog_bytes"].to_numpy(),
+        "backlog_pkts": q["backlog_pkts"].to_numpy(),
+        "drops": q["drops"].to_numpy(),
+        "during_transfer": (qt >= start) & (qt <= end),
+    })
     iv = trial.intervals
-    el = iv["elapsed_s"].to_numpy()
-    length = np.diff(el, prepend=0.0)
+    length = np.diff(iv["elapsed_s"].to_numpy(), prepend=0.0)
+    nbytes = iv["bytes"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        kbps = np.where(length > 0, iv["bytes"].to_numpy() * 8.0 / length / 1000.0, np.nan)
-    tput = keyed(
-        pd.DataFrame({"interval_s": length, "bytes": iv["bytes"].to_numpy(), "goodput_kbps": kbps}),
-        iv["t_unix"].to_numpy(),
-    )
+        kbps = np.where(length > 0, nbytes * 8.0 / length / 1000.0, np.nan)
+    tput = pd.DataFrame({"t_s": iv["t_unix"].to_numpy() - start, "interval_s": length,
+                         "bytes": nbytes, "goodput_kbps": kbps})
     return {"ping": ping, "queue": queue, "throughput": tput}
+
+
+def _keyed(parts: list[tuple[dict, pd.DataFrame]], schema: pa.Schema) -> pd.DataFrame:
+    """Concatenate per-trial frames and prepend the key columns (one np.repeat per key)."""
+    if not parts:
+        return _empty(schema)
+    lengths = np.array([len(df) for _, df in parts])
+    body = pd.concat([df for _, df in parts], ignore_index=True)
+    keys = {k: np.repeat(np.array([kv[k] for kv, _ in parts]), lengths) for k in KEYS}
+    out = pd.concat([pd.DataFrame(keys), body], axis=1)
+    return out[schema.names]
+
+
+def trial_timeseries(trial: Trial, base_rtt_ms: float) -> dict[str, pd.DataFrame]:
+    """Long-format ping, queue and throughput series of one trial, keyed, t_s from transfer
+    start."""
+    keys = {k: trial.keys[k] for k in KEYS}
+    return {name: _keyed([(keys, df)], SCHEMAS[name])
+            for name, df in _series(trial, base_rtt_ms).items()}
 
 
 def summarize_trial(path: Path | str) -> dict:
@@ -435,7 +439,8 @@ def _frame(rows_or_frames, schema: pa.Schema) -> pd.DataFrame:
 
 def collect(trial_dirs: Iterable[Path | str]) -> Tables:
     """Parse every trial; skip (with a :class:`TrialSkipped` warning) the unusable ones."""
-    rows, ts = [], {"ping": [], "queue": [], "throughput": []}
+    rows: list[dict] = []
+    ts: dict[str, list] = {"ping": [], "queue": [], "throughput": []}
     skipped: list[TrialInvalid] = []
     seen = 0
     for d in trial_dirs:
@@ -443,14 +448,15 @@ def collect(trial_dirs: Iterable[Path | str]) -> Tables:
         try:
             trial = load_trial(d)
             row = trial_row(trial)
-            series = trial_timeseries(trial, row["base_rtt_measured_ms"])
+            series = _series(trial, row["base_rtt_measured_ms"])
         except TrialInvalid as e:
             skipped.append(e)
             warnings.warn(f"skipping trial {e}", TrialSkipped, stacklevel=2)
             continue
         rows.append(row)
+        keys = {k: trial.keys[k] for k in KEYS}
         for k, v in series.items():
-            ts[k].append(v)
+            ts[k].append((keys, v))
     if not rows:
         raise NoValidTrials(
             f"no valid trials among {seen} trial director{'y' if seen == 1 else 'ies'}"
@@ -464,18 +470,19 @@ def collect(trial_dirs: Iterable[Path | str]) -> Tables:
                                  f"{paths}")
     return Tables(
         trials=trials.reset_index(drop=True),
-        ping=_frame(ts["ping"], PING_TS_SCHEMA),
-        queue=_frame(ts["queue"], QUEUE_TS_SCHEMA),
-        throughput=_frame(ts["throughput"], THROUGHPUT_TS_SCHEMA),
+        ping=_keyed(ts["ping"], PING_TS_SCHEMA),
+        queue=_keyed(ts["queue"], QUEUE_TS_SCHEMA),
+        throughput=_keyed(ts["throughput"], THROUGHPUT_TS_SCHEMA),
         skipped=skipped,
     )
 
 
 def t_quantile_975(dof: int) -> float:
-    """Two-sided 95 % Student-t critical value."""
-    from scipy import stats
+    """Two-sided 95 % Student-t critical value (scipy.special.stdtrit: the t quantile, without
+    importing all of scipy.stats)."""
+    from scipy.special import stdtrit
 
-    return float(stats.t.ppf(0.975, dof))
+    return float(stdtrit(dof, 0.975))
 
 
 def summary(trials: pd.DataFrame) -> pd.DataFrame:

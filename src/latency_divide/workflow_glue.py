@@ -3,12 +3,66 @@ workflow/scripts/, so they can be imported and tested)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 RUN_START = Path("logs/run-start.json")
+#: One lock file per slice of an SSH inventory: never two trials on one slice at a time.
+LOCK_DIR = Path("results/.locks")
+
+
+@contextlib.contextmanager
+def acquire_slice(names, lock_dir: Path = LOCK_DIR, *, poll_s: float = 1.0,
+                  timeout_s: float | None = None, log=None):
+    """Hold an exclusive lock (flock on ``lock_dir/slice-<name>.lock``) on the first free
+    slice of ``names``, waiting while all are busy; yield its name. The kernel drops the lock
+    when the holder dies, so a killed job never blocks a slice."""
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    said = False
+    while True:
+        for name in names:
+            f = open(lock_dir / f"slice-{name}.lock", "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            try:
+                yield name
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+                f.close()
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"no free slice among {', '.join(names)} within {timeout_s} s")
+        if log and not said:
+            log(f"[latency-divide] all slices busy ({', '.join(names)}): waiting")
+            said = True
+        time.sleep(poll_s)
+
+
+def _run_on_a_slice(cfg, spec, raw_root: Path, say) -> Path:
+    """An SSH trial on the first free slice of the inventory (locked while it runs)."""
+    from .inventory import load_inventory
+    from .ssh import SshTestbed
+    from .trial import run_trial_with_retries
+
+    inv = load_inventory(cfg.testbed.inventory)
+    with acquire_slice(inv.slice_names(), log=say) as name:
+        say(f"[latency-divide] trial {spec.trial_id} on slice {name}")
+        tb = SshTestbed(inv, name)
+        try:
+            return run_trial_with_retries(spec, raw_root, retries=cfg.trial.retries, log=say,
+                                          testbed=tb)
+        finally:
+            tb.close()
 
 
 def _raise_interrupt(signum, frame):  # noqa: ARG001
@@ -43,7 +97,10 @@ def run_trial_job(smk) -> None:
     expected = [trial_meta_path(raw_root, *t) for t in trial_ids(cfg)]
     say(progress(expected, RUN_START, nominal_trial_s(cfg)).line(spec.trial_id))
     try:
-        d = run_trial_with_retries(spec, raw_root, retries=cfg.trial.retries, log=say)
+        if cfg.testbed.kind == "ssh":
+            d = _run_on_a_slice(cfg, spec, raw_root, say)
+        else:
+            d = run_trial_with_retries(spec, raw_root, retries=cfg.trial.retries, log=say)
     except BaseException:
         final = meta.parent
         if final.is_dir() and not any(final.iterdir()):

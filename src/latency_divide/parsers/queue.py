@@ -47,6 +47,20 @@ def drops_per_interval(totals: np.ndarray) -> np.ndarray:
     return out
 
 
+def _line_numbers(lines: list[str]) -> list[int]:
+    return [i for i, ln in enumerate(lines, start=1) if ln.strip()]
+
+
+def _parse_lines(lines: list[str]):
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield i, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise QueueParseError(f"line {i}: not JSON ({e.msg})") from None
+
+
 def parse_queue(text: str, kind: str = "bfifo") -> pd.DataFrame:
     """Rows (t_unix, backlog_bytes, backlog_pkts, drops_total, drops) from queue.jsonl text.
 
@@ -54,16 +68,21 @@ def parse_queue(text: str, kind: str = "bfifo") -> pd.DataFrame:
     skipped; the next sample's drops then cover both intervals.
     """
     lines = text.split("\n")
-    ts, backlog, qlen, drops = [], [], [], []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    if lines and lines[-1].strip():
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines):  # last line without newline: cut mid-write
-                continue
-            raise QueueParseError(f"line {i}: not JSON ({e.msg})") from None
+            json.loads(lines[-1])
+        except json.JSONDecodeError:
+            lines = lines[:-1]  # last line without newline, cut mid-write
+    body = [ln for ln in lines if ln.strip()]
+    try:  # fast path: one C-level parse of all samples
+        recs = json.loads("[" + ",".join(body) + "]")
+        if len(recs) != len(body):
+            raise ValueError("a line holds more than one value")
+        numbered = list(zip(_line_numbers(lines), recs))
+    except (json.JSONDecodeError, ValueError):
+        numbered = list(_parse_lines(lines))  # slow path: names the bad line
+    ts, backlog, qlen, drops = [], [], [], []
+    for i, rec in numbered:
         if not isinstance(rec, dict) or "t_unix" not in rec or not isinstance(rec.get("qdisc"), list):
             raise QueueParseError(f"line {i}: expected an object with 't_unix' and a 'qdisc' list")
         q = _fifo(rec["qdisc"], kind, i)

@@ -18,7 +18,9 @@ const BOOL_FLAGS: &[&str] = &["once", "pacing"];
     name = "tquic-perf",
     version,
     about = "tperf-compatible QUIC bulk transfer on tquic: the server sends, the client reads",
-    allow_negative_numbers = true
+    allow_negative_numbers = true,
+    // gflags: a repeated flag is allowed, the last one wins.
+    args_override_self = true
 )]
 pub struct Opts {
     /// Role: `server` sends bulk data to every client; `client` reads and reports.
@@ -83,6 +85,24 @@ pub struct Opts {
     /// Idle and handshake timeout in ms: a silent peer ends the connection after this.
     #[arg(long = "idle_timeout_ms", default_value = "5000", value_parser = parse_idle_timeout_ms)]
     pub idle_timeout_ms: u64,
+
+    /// Whether `-congestion` was given on the command line (not a clap argument). The
+    /// client records its congestion flags only if given: the sender decides.
+    #[arg(skip)]
+    pub congestion_given: bool,
+}
+
+impl Opts {
+    /// The congestion control this process can vouch for: the server's always, the
+    /// client's only if it was told.
+    pub fn reported_cc(&self) -> Option<Congestion> {
+        (self.mode == Mode::Server || self.congestion_given).then_some(self.congestion)
+    }
+
+    /// δ as far as it applies: only with Copa.
+    pub fn reported_latency_factor(&self) -> Option<f64> {
+        (self.reported_cc() == Some(Congestion::Copa)).then_some(self.latency_factor)
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -199,9 +219,9 @@ pub fn parse_block_size(s: &str) -> Result<usize, String> {
 }
 
 pub fn parse_idle_timeout_ms(s: &str) -> Result<u64, String> {
-    let v: u64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of ms; idle_timeout_ms must be in [100, 600000]"))?;
+    let v: u64 = s.parse().map_err(|_| {
+        format!("'{s}' is not a number of ms; idle_timeout_ms must be in [100, 600000]")
+    })?;
     if (100..=600_000).contains(&v) {
         Ok(v)
     } else {
@@ -273,7 +293,11 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    Opts::try_parse_from(normalize_gflags(args))
+    use clap::{parser::ValueSource, CommandFactory, FromArgMatches};
+    let matches = Opts::command().try_get_matches_from(normalize_gflags(args))?;
+    let mut opts = Opts::from_arg_matches(&matches)?;
+    opts.congestion_given = matches.value_source("congestion") == Some(ValueSource::CommandLine);
+    Ok(opts)
 }
 
 #[cfg(test)]
@@ -314,6 +338,24 @@ mod tests {
     }
 
     #[test]
+    fn congestion_is_reported_only_where_known() {
+        let client = parse(&["-mode", "client"]).unwrap();
+        assert_eq!(client.reported_cc(), None);
+        assert_eq!(client.reported_latency_factor(), None);
+        let told = parse(&["-mode", "client", "-congestion", "copa"]).unwrap();
+        assert_eq!(told.reported_cc(), Some(Congestion::Copa));
+        assert_eq!(told.reported_latency_factor(), Some(0.5));
+        let server = parse(&["-mode", "server"]).unwrap();
+        assert_eq!(server.reported_cc(), Some(Congestion::Cubic));
+        assert_eq!(server.reported_latency_factor(), None);
+    }
+
+    #[test]
+    fn last_repeated_flag_wins() {
+        assert_eq!(parse(&["-port", "1", "-port=2"]).unwrap().port, 2);
+    }
+
+    #[test]
     fn boolean_flags() {
         assert!(parse(&["-once"]).unwrap().once);
         assert!(parse(&["-once", "-port", "1"]).unwrap().once);
@@ -328,7 +370,10 @@ mod tests {
             assert_eq!(parse(&["-congestion", c.name()]).unwrap().congestion, c);
         }
         let e = parse(&["-congestion", "newreno"]).unwrap_err().to_string();
-        assert!(e.contains("newreno") && e.contains("cubic, copa, bbr, bbr3"), "{e}");
+        assert!(
+            e.contains("newreno") && e.contains("cubic, copa, bbr, bbr3"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -42,18 +42,13 @@ struct ClientHandler {
 impl ClientHandler {
     fn drain(&mut self, conn: &mut Connection, stream_id: u64) {
         let mut p = self.progress.borrow_mut();
-        loop {
-            match conn.stream_read(stream_id, &mut self.buf) {
-                Ok((n, fin)) => {
-                    if n > 0 && p.first_byte.is_none() {
-                        p.first_byte = Some((Instant::now(), SystemTime::now()));
-                    }
-                    p.total_bytes += n as u64;
-                    if fin || n == 0 {
-                        break;
-                    }
-                }
-                Err(_) => break,
+        while let Ok((n, fin)) = conn.stream_read(stream_id, &mut self.buf) {
+            if n > 0 && p.first_byte.is_none() {
+                p.first_byte = Some((Instant::now(), SystemTime::now()));
+            }
+            p.total_bytes += n as u64;
+            if fin || n == 0 {
+                break;
             }
         }
     }
@@ -113,7 +108,9 @@ fn peer_of(conn: &Connection) -> String {
 }
 
 fn unix_s(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
 }
 
 /// Interval reporting: one line per `-interval_ms`, the last one at close, so the
@@ -276,8 +273,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         Ok(Step::Continue(Some(wake)))
     })?;
 
-    let (bytes, duration_s, start) =
-        outcome.context("event loop ended without an outcome")??;
+    let (bytes, duration_s, start) = outcome.context("event loop ended without an outcome")??;
     let [l1, l2] = report::summary_lines(bytes, duration_s);
     glog!('I', "{l1}");
     glog!('I', "{l2}");
@@ -293,8 +289,8 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
             goodput_kbps: report::goodput_kbps(bytes, duration_s),
             throughput_mibps: report::throughput_mibps(bytes, duration_s),
             start_unix: unix_s(start),
-            cc: opts.congestion.name().to_string(),
-            latency_factor: opts.latency_factor,
+            cc: opts.reported_cc().map(|c| c.name().to_string()),
+            latency_factor: opts.reported_latency_factor(),
             window: opts.window,
             pacing: opts.pacing,
             sender: SenderStats::default(),

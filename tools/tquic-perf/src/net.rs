@@ -27,10 +27,12 @@ const MAX_DATAGRAM_BYTES: usize = 65_535;
 const SOCKET: Token = Token(0);
 
 pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, PerfError> {
-    let mut addrs = (host, port).to_socket_addrs().map_err(|e| PerfError::Resolve {
-        host: host.to_string(),
-        reason: e.to_string(),
-    })?;
+    let mut addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| PerfError::Resolve {
+            host: host.to_string(),
+            reason: e.to_string(),
+        })?;
     addrs.next().ok_or_else(|| PerfError::Resolve {
         host: host.to_string(),
         reason: "no addresses".into(),

@@ -18,7 +18,11 @@ pub fn format_g6(x: f64) -> String {
         return if x > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if x == 0.0 {
-        return if x.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if x.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     // Round to 6 significant digits first; the exponent after rounding decides the style.
     let sci = format!("{:.5e}", x);
@@ -55,7 +59,10 @@ pub fn goodput_kbps(bytes: u64, duration_s: f64) -> f64 {
 /// tperf's two summary lines (without the glog prefix).
 pub fn summary_lines(bytes: u64, duration_s: f64) -> [String; 2] {
     [
-        format!("Received {bytes} bytes in {} seconds.", format_g6(duration_s)),
+        format!(
+            "Received {bytes} bytes in {} seconds.",
+            format_g6(duration_s)
+        ),
         format!(
             "Overall throughput: {}Mb/s",
             format_g6(throughput_mibps(bytes, duration_s))
@@ -99,8 +106,10 @@ pub struct Summary {
     pub throughput_mibps: f64,
     /// Unix time of the first stream byte (client: received; server: written).
     pub start_unix: f64,
-    pub cc: String,
-    pub latency_factor: f64,
+    /// Sender's congestion control; null on a client not given `-congestion`.
+    pub cc: Option<String>,
+    /// Copa's δ; null unless cc is copa.
+    pub latency_factor: Option<f64>,
     pub window: u64,
     pub pacing: bool,
     pub sender: SenderStats,

@@ -33,7 +33,10 @@ fn install_signal_handlers() -> anyhow::Result<()> {
             sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
             libc::sigemptyset(&mut sa.sa_mask);
             if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                anyhow::bail!("sigaction({sig}) failed: {}", std::io::Error::last_os_error());
+                anyhow::bail!(
+                    "sigaction({sig}) failed: {}",
+                    std::io::Error::last_os_error()
+                );
             }
         }
     }
@@ -61,19 +64,15 @@ impl ServerHandler {
         let Some(t) = self.transfers.get_mut(&idx) else {
             return;
         };
-        loop {
-            match conn.stream_write(stream_id, self.block.clone(), false) {
-                Ok(n) => {
-                    if n > 0 && t.first_write.is_none() {
-                        t.first_write = Some((Instant::now(), SystemTime::now()));
-                    }
-                    t.bytes_written += n as u64;
-                    if n < self.block.len() {
-                        break;
-                    }
-                }
-                // Done: no flow-control or congestion room; tquic calls back when there is.
-                Err(_) => break,
+        // Stops at Err(Done): no flow-control or congestion room; tquic calls back when
+        // there is.
+        while let Ok(n) = conn.stream_write(stream_id, self.block.clone(), false) {
+            if n > 0 && t.first_write.is_none() {
+                t.first_write = Some((Instant::now(), SystemTime::now()));
+            }
+            t.bytes_written += n as u64;
+            if n < self.block.len() {
+                break;
             }
         }
     }
@@ -81,7 +80,9 @@ impl ServerHandler {
     fn summary(&self, conn: &mut Connection, t: &Transfer) -> Summary {
         let (start_unix, duration_s) = match t.first_write {
             Some((i, s)) => (
-                s.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64(),
+                s.duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64(),
                 i.elapsed().as_secs_f64(),
             ),
             None => (0.0, 0.0),
@@ -119,8 +120,8 @@ impl ServerHandler {
             goodput_kbps: rate(report::goodput_kbps),
             throughput_mibps: rate(report::throughput_mibps),
             start_unix,
-            cc: self.opts.congestion.name().to_string(),
-            latency_factor: self.opts.latency_factor,
+            cc: self.opts.reported_cc().map(|c| c.name().to_string()),
+            latency_factor: self.opts.reported_latency_factor(),
             window: self.opts.window,
             pacing: self.opts.pacing,
             sender,
@@ -140,8 +141,8 @@ fn stats_line(s: &Summary) -> String {
          goodput_kbps={:.1} packets_sent={} packets_lost={} packets_retransmitted={} bytes_sent={} \
          bytes_lost={} loss_events={} min_rtt_ms={} srtt_ms={} max_cwnd_bytes={}",
         s.peer,
-        s.cc,
-        s.latency_factor,
+        opt(&s.cc),
+        opt(&s.latency_factor),
         s.pacing,
         s.bytes,
         s.duration_s,
@@ -184,7 +185,11 @@ impl TransportHandler for ServerHandler {
             Ok(sid) => {
                 if let Some(t) = self.transfers.get_mut(&idx) {
                     t.stream_id = Some(sid);
-                    glog!('I', "new connection from {}, sending on stream {sid}", t.peer);
+                    glog!(
+                        'I',
+                        "new connection from {}, sending on stream {sid}",
+                        t.peer
+                    );
                 }
                 let _ = conn.stream_want_write(sid, true);
                 self.fill(conn, sid);
@@ -292,7 +297,13 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         vec![net::ALPN.to_vec()],
         false,
     )
-    .map_err(|e| PerfError::Tls(format!("{e} (cert {}, key {})", cert.display(), key.display())))?;
+    .map_err(|e| {
+        PerfError::Tls(format!(
+            "{e} (cert {}, key {})",
+            cert.display(),
+            key.display()
+        ))
+    })?;
     config.set_tls_config(tls);
 
     let finished = Rc::new(RefCell::new(Vec::new()));

@@ -1,0 +1,372 @@
+"""The SSH testbed against a real SSH lab (tests/sshlab.py): four namespaces, each with its
+own OpenSSH server, wired as the paper's line topology. Provisioning and a 5 s trial run over
+SSH end to end; the result must match a local-testbed trial of the same household. Failures
+(unreachable node, wrong key, unknown host key, missing interface) must name the host and the
+step.
+
+Needs root, /usr/sbin/sshd and the built tools (scripts/setup.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from latency_divide.config import ToolSettings, Variant
+from latency_divide.errors import ConfigError
+from latency_divide.households import get_household
+from latency_divide.inventory import load_inventory
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+HOUSEHOLD = 11406  # 3498 kbit/s down, 1150 up, 67.2 ms RTT
+
+
+def _need_lab():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if not Path("/usr/sbin/sshd").exists():
+        pytest.skip("needs OpenSSH's sshd (/usr/sbin/sshd)")
+    for b in ("tquic-perf", "delayline"):
+        if not (ROOT / "target" / "release" / b).exists():
+            pytest.skip(f"needs target/release/{b} (scripts/setup.sh)")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    _need_lab()
+    from sshlab import make_lab
+
+    lab = make_lab()
+    try:
+        yield lab
+    finally:
+        errors = lab.down()
+        shutil.rmtree(lab.dir, ignore_errors=True)
+        assert not errors, errors
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab):
+    """Provision the lab with the command line tool; return the inventory path."""
+    inv = lab.write_inventory(lab.dir / "inventory.yaml")
+    out = lab.dir / "provision"
+    res = subprocess.run([str(ROOT / ".venv" / "bin" / "latency-divide"), "provision",
+                          "--inventory", str(inv), "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    sl = load_inventory(inv).slices[0].name
+    for role in ("server", "gateway", "delay", "client"):
+        facts = json.loads((out / sl / f"{role}.json").read_text())
+        assert facts["role"] == {"server": "srv", "gateway": "gw", "delay": "dly",
+                                 "client": "cli"}[role]
+    files = json.loads((out / sl / "server.json").read_text())["files"]
+    assert files["tquic-perf"]["path"].startswith(str(lab.dir / "work" / "bin"))
+    assert not json.loads((out / sl / "delay.json").read_text())["netem"]  # this kernel has none
+    return inv
+
+
+def _spec(direction="downlink"):
+    from latency_divide.trial import TrialSpec
+
+    return TrialSpec(household=get_household(HOUSEHOLD), direction=direction,
+                     variant=Variant("cubic", "cubic"), duration_s=5, idle_s=2,
+                     tool=ToolSettings(name="tquic-perf", path=None, window_bytes=65536))
+
+
+def _metrics(d: Path) -> dict:
+    from latency_divide.parsers.ping import parse_ping
+    from latency_divide.rawio import read_text
+
+    meta = json.loads((d / "meta.json").read_text())
+    text = read_text(d, "receiver.log")
+    m = re.search(r"Overall throughput: ([0-9.]+)Mb/s", text)
+    assert m, text[-500:]
+    ping = parse_ping(read_text(d, "ping.log"))
+    idle = ping[ping.t_unix < meta["timing"]["transfer_started_unix"]].rtt_ms.dropna()
+    assert len(idle) >= 5, ping
+    return {"goodput_kbit": float(m.group(1)) * 1048.576,  # tperf's Mb are 2^20 bit
+            "base_rtt_ms": float(idle.median()), "meta": meta,
+            "files": sorted(p.name for p in d.iterdir())}
+
+
+@pytest.mark.netns
+def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
+    from latency_divide.ssh import SSH_STATE_DIR, SshTestbed
+    from latency_divide.trial import LocalTestbed, run_trial
+
+    spec = _spec()
+    d_ssh = run_trial(spec, tmp_path / "ssh", testbed=SshTestbed(provisioned))
+    d_loc = run_trial(spec, tmp_path / "local", testbed=LocalTestbed())
+    ssh, loc = _metrics(d_ssh), _metrics(d_loc)
+
+    # the same raw layout, the same meta.json keys
+    assert ssh["files"] == loc["files"]
+    assert {"meta.json", "receiver.json", "sender.log", "delayline.log"} <= set(ssh["files"])
+    for name in ("receiver.log", "ping.log", "queue.jsonl"):  # plain or name.gz (rawio)
+        assert name in ssh["files"] or f"{name}.gz" in ssh["files"], ssh["files"]
+    assert set(ssh["meta"]) == set(loc["meta"])
+    assert ssh["meta"]["testbed"]["kind"] == "ssh"
+    assert ssh["meta"]["testbed"]["devices"] == {"gateway": {"uplink": "ld-gs",
+                                                             "downlink": "ld-gc"},
+                                                 "delay": ["ld-dg", "ld-dc"]}
+    assert ssh["meta"]["tool"]["sha256"] == loc["meta"]["tool"]["sha256"]
+    # the queue was sampled on the gateway's downlink egress, with the bottleneck FIFO in it
+    from latency_divide.rawio import read_text
+
+    q = [json.loads(line) for line in read_text(d_ssh, "queue.jsonl").splitlines()]
+    assert len(q) > 30 and {s["dev"] for s in q} == {"ld-gc"}
+    assert any(e["kind"] == "bfifo" for e in q[0]["qdisc"])
+    # metrics within noise of the local run (a loaded 2-core host)
+    rate = 3498
+    assert 0.8 * rate < ssh["goodput_kbit"] < 1.02 * rate, ssh["goodput_kbit"]
+    assert abs(ssh["goodput_kbit"] - loc["goodput_kbit"]) < 0.1 * rate, (ssh, loc)
+    assert 67.0 < ssh["base_rtt_ms"] < 72.0, ssh["base_rtt_ms"]
+    assert abs(ssh["base_rtt_ms"] - loc["base_rtt_ms"]) < 2.0, (ssh["base_rtt_ms"],
+                                                                  loc["base_rtt_ms"])
+    # the nodes were restored: no root qdisc of ours, no run directory, no state file left
+    from latency_divide.runners import LocalRunner
+
+    for role, dev in (("gw", "ld-gs"), ("gw", "ld-gc"), ("dly", "ld-dg"), ("dly", "ld-dc")):
+        out = LocalRunner(lab.ns(role)).run(["tc", "-j", "qdisc", "show", "dev", dev]).stdout
+        assert all(e["kind"] not in ("htb", "bfifo", "netem") for e in json.loads(out)), out
+    assert not any((lab.dir / "work" / "run").iterdir())
+    tag = ssh["meta"]["testbed"]["tag"]
+    assert not (SSH_STATE_DIR / f"{tag}.json").exists()
+    # no process of the trial is left in the namespaces besides sshd
+    for role in ("srv", "gw", "dly", "cli"):
+        pids = LocalRunner().run(["ip", "netns", "pids", lab.ns(role)]).stdout.split()
+        names = {Path(f"/proc/{p}/comm").read_text().strip() for p in pids
+                 if Path(f"/proc/{p}/comm").exists()}
+        assert names <= {"sshd"}, (role, names)
+
+
+def _comms(ns: str) -> dict[int, str]:
+    from latency_divide.runners import LocalRunner
+
+    out = {}
+    for p in LocalRunner().run(["ip", "netns", "pids", ns]).stdout.split():
+        try:
+            out[int(p)] = Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.netns
+def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
+    """Kill the client node's SSH sessions while the receiver runs: the attempt fails with an
+    error naming the node, teardown reconnects and cleans up, the retry completes; only the
+    complete trial directory is left."""
+    import threading
+    import time
+
+    from latency_divide.ssh import SshTestbed
+    from latency_divide.trial import run_trial_with_retries
+
+    ns, listener = lab.ns("cli"), lab.sshd["cli"].pid
+    killed: list[int] = []
+
+    def drop():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(c.startswith("tquic-perf") for c in _comms(ns).values()):
+                time.sleep(1.0)
+                for pid, comm in _comms(ns).items():
+                    if comm.startswith("sshd") and pid != listener:
+                        os.kill(pid, 9)
+                        killed.append(pid)
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=drop)
+    t.start()
+    messages: list[str] = []
+    tb = SshTestbed(provisioned)
+    try:
+        d = run_trial_with_retries(_spec(), tmp_path, retries=1, log=messages.append,
+                                   testbed=tb)
+    finally:
+        t.join()
+        tb.close()
+    assert killed, "no SSH session was dropped"
+    assert len(messages) == 1 and "attempt 1 failed" in messages[0], messages
+    assert "client node" in messages[0] and lab.mgmt_addr["cli"] in messages[0], messages
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["attempt"] == 2
+    assert sorted(p.name for p in d.parent.iterdir()) == ["rep1"]  # no temp dir left
+    for role in ("srv", "gw", "dly", "cli"):
+        assert set(_comms(lab.ns(role)).values()) <= {"sshd"}, role
+
+
+@pytest.mark.netns
+def test_unreachable_host(lab, tmp_path):
+    from latency_divide.ssh import SshError, SshTestbed
+
+    # port 2 of the server's management address: nothing listens there
+    inv = load_inventory(lab.inventory(server={"port": 2}))
+    with pytest.raises(SshError) as e:
+        SshTestbed(inv).check(_spec())
+    msg = str(e.value)
+    assert lab.mgmt_addr["srv"] in msg and "server node" in msg and "step 'connect'" in msg
+
+
+@pytest.mark.netns
+def test_wrong_key(lab):
+    from latency_divide.ssh import SshSetupError, SshTestbed
+
+    inv = load_inventory(lab.inventory(gateway={"key": str(lab.wrong_key)}))
+    with pytest.raises(SshSetupError) as e:
+        SshTestbed(inv).check(_spec())
+    msg = str(e.value)
+    assert "gateway node" in msg and lab.mgmt_addr["gw"] in msg
+    assert "authentication failed" in msg and str(lab.wrong_key) in msg
+
+
+@pytest.mark.netns
+def test_unknown_host_key_rejected(lab, tmp_path):
+    from latency_divide.ssh import SshSetupError, SshTestbed
+
+    kh = tmp_path / "known_hosts"
+    lines = lab.known_hosts.read_text().splitlines()
+    kh.write_text("\n".join(ln for ln in lines if not ln.startswith(lab.mgmt_addr["cli"] + " "))
+                  + "\n")
+    inv = load_inventory(lab.inventory(known_hosts=str(kh)))
+    with pytest.raises(SshSetupError) as e:
+        SshTestbed(inv).check(_spec())
+    assert "client node" in str(e.value) and "known_hosts" in str(e.value)
+    # the explicit opt-out connects (with a warning)
+    inv = load_inventory(lab.inventory(known_hosts=str(kh), insecure_host_keys=True))
+    from latency_divide.ssh import connect
+
+    with pytest.warns(UserWarning, match="insecure_host_keys"):
+        import latency_divide.ssh as ssh_mod
+
+        ssh_mod._warned_insecure = False
+        c = connect(inv.slices[0].node("client"), inv)
+    c.close()
+
+
+@pytest.mark.netns
+def test_interface_not_found(lab, provisioned):
+    from latency_divide.ssh import SshSetupError, SshTestbed
+
+    inv = load_inventory(lab.inventory(gateway={"interfaces": {"uplink": "ldnope0",
+                                                               "downlink": "ld-gc"}}))
+    with pytest.raises(SshSetupError) as e:
+        SshTestbed(inv).check(_spec())
+    msg = str(e.value)
+    assert "gateway node" in msg and "'discover interfaces'" in msg and "'ldnope0'" in msg
+    inv = load_inventory(lab.inventory(delay={"interfaces": ["ld-dg", "ldnope1"]}))
+    with pytest.raises(SshSetupError, match=r"delay node.*interface 'ldnope1' not found"):
+        SshTestbed(inv).check(_spec())
+
+
+@pytest.mark.netns
+def test_runner_start_stop_and_clean(lab, provisioned, tmp_path):
+    """start() returns the command's own PID; stop() signals it and fetches the logs; a
+    process left by a dead owner is stopped by clean_remote()."""
+    from latency_divide import ssh
+
+    tb = ssh.SshTestbed(provisioned)
+    r = tb.runner("cli", rundir=str(lab.dir / "work" / "run" / "t1"))
+    r.run(["mkdir", "-p", r.rundir])
+    p = r.start(["sh", "-c", 'echo "out $0"; echo err >&2; exec sleep 60', "a b;c"],
+                stdout=tmp_path / "o.log", stderr=tmp_path / "e.log")
+    assert Path(f"/proc/{p.pid}/comm").read_text().strip() == "sleep"
+    assert p.poll() is None
+    assert p.stop(timeout=3) == 143  # SIGTERM
+    assert (tmp_path / "o.log").read_text() == "out a b;c\n"
+    assert (tmp_path / "e.log").read_text() == "err\n"
+    assert not Path(f"/proc/{p.pid}").exists()
+
+    # an interrupted trial: its owner is gone, its process still runs
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    p2 = r.start(["sleep", "60"], stdout=tmp_path / "s.log")
+    state = {"tag": "cafe01", "owner_pid": dead.pid, "slice": tb.slice.name,
+             "inventory": str(provisioned), "inventory_raw": yaml.safe_load(provisioned.read_text()),
+             "rundir": str(lab.dir / "work" / "run" / "t1"),
+             "processes": [{"role": "client", "pid": p2.pid, "argv0": "sleep"}],
+             "qdisc_devs": {"gw": [], "dly": []}, "offloads": {}, "bridge": False}
+    sf = ssh.SSH_STATE_DIR / "cafe01.json"
+    ssh._write_state(sf, state)
+    try:
+        done, errors = ssh.clean_remote()
+        assert not errors, errors
+        assert any(f"pid {p2.pid}" in x for x in done), done
+        assert not Path(f"/proc/{p2.pid}/cmdline").exists() or \
+            Path(f"/proc/{p2.pid}/stat").read_text().split()[2] == "Z"
+        assert not sf.exists()
+    finally:
+        sf.unlink(missing_ok=True)
+        tb.close()
+
+
+def test_inventory_errors(tmp_path):
+    key = tmp_path / "id"
+    key.write_text("not really a key, only needs to exist\n")
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    nodes = {r: {"host": f"10.0.0.{i}"} for i, r in
+             enumerate(("server", "gateway", "delay", "client"), 1)}
+    good = {"defaults": {"user": "root", "key": str(key)}, "known_hosts": str(kh),
+            "slices": [{"name": "s1", "nodes": nodes}]}
+    inv = load_inventory(good)
+    assert inv.slices[0].server_addr == "10.10.1.1" and inv.slices[0].client_addr == "10.10.2.2"
+    assert inv.slices[0].node("gw").host == "10.0.0.2"
+
+    def bad(patch, match):
+        raw = json.loads(json.dumps(good))
+        patch(raw)
+        with pytest.raises(ConfigError, match=match):
+            load_inventory(raw)
+
+    bad(lambda r: r["slices"][0]["nodes"]["server"].update(hots="x"),
+        r"unknown key slices\[0\]\.nodes\.server\.hots")
+    bad(lambda r: r["slices"][0].update(server_addr="10.10.1.300"),
+        r"slices\[0\]\.server_addr = '10\.10\.1\.300'")
+    bad(lambda r: r["defaults"].update(key=str(tmp_path / "nope")), r"key file .*nope not found")
+    bad(lambda r: r["slices"][0]["nodes"]["gateway"].update(
+        interfaces={"uplink": "eth1", "downlink": "eth1"}), "uplink and downlink are both")
+    bad(lambda r: r["slices"][0]["nodes"]["delay"].update(interfaces=["eth 1", "eth2"]),
+        r"slices\[0\]\.nodes\.delay\.interfaces\[0\] = 'eth 1'")
+    bad(lambda r: r.update(known_hosts=str(tmp_path / "kh-missing")), "known_hosts .* not found")
+    bad(lambda r: r["slices"].append(json.loads(json.dumps(r["slices"][0]))), "slice name repeated")
+    bad(lambda r: r["slices"].append({"name": "s2", "nodes": r["slices"][0]["nodes"]}),
+        "every node plays one role in one slice")
+    # the opt-out needs no known_hosts
+    raw = json.loads(json.dumps(good))
+    raw.update(insecure_host_keys=True, known_hosts=str(tmp_path / "absent"))
+    assert load_inventory(raw).known_hosts is None
+
+
+def test_example_inventory_is_valid():
+    raw = yaml.safe_load((ROOT / "config" / "testbeds" / "ssh.example.yaml").read_text())
+    from latency_divide.inventory import _schema_error, load_schema  # noqa: F401
+    import jsonschema
+
+    schema = load_schema()
+    jsonschema.validators.validator_for(schema)(schema).validate(raw)
+
+
+def test_slice_lock_is_exclusive(tmp_path):
+    from latency_divide.workflow_glue import acquire_slice
+
+    with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as first:
+        with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as second:
+            assert {first, second} == {"a", "b"}
+            with pytest.raises(TimeoutError):
+                with acquire_slice(["a", "b"], tmp_path, poll_s=0.01, timeout_s=0.2):
+                    pass
+    with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as again:
+        assert again == "a"
