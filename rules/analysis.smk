@@ -18,6 +18,7 @@ rule analysis_tables:
         metas=trial_targets(),
     output:
         **TABLE_FILES,
+    threads: 2
     conda:
         "../envs/analysis.yaml"
     log:

@@ -197,3 +197,53 @@ def make_lab() -> SshLab:
         lab.down()
         shutil.rmtree(d, ignore_errors=True)
         raise
+
+
+def main(argv=None) -> int:
+    """Keep SSH labs up for manual runs: ``sudo .venv/bin/python tests/sshlab.py --slices 2
+    --inventory /tmp/lab.yaml`` writes an inventory of N slices and waits for Ctrl-C/SIGTERM,
+    then tears everything down."""
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("--slices", type=int, default=1, help="number of four-node labs (slices)")
+    ap.add_argument("--inventory", required=True, help="where to write the inventory (YAML)")
+    a = ap.parse_args(argv)
+    if a.slices < 1:
+        ap.error(f"--slices must be >= 1, got {a.slices}")
+
+    def _term(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
+    labs: list[SshLab] = []
+    try:
+        for _ in range(a.slices):
+            labs.append(make_lab())
+        known = "".join(lab.known_hosts.read_text() for lab in labs)
+        kh = Path(a.inventory).with_suffix(".known_hosts")
+        kh.write_text(known)
+        inv = labs[0].inventory(known_hosts=str(kh))
+        for lab in labs[1:]:
+            sl = lab.inventory()["slices"][0]
+            for node in sl["nodes"].values():
+                node["key"] = str(lab.client_key)
+            inv["slices"].append(sl)
+        Path(a.inventory).write_text(yaml.safe_dump(inv, sort_keys=False))
+        print(f"lab ready: {a.inventory} ({a.slices} slice(s)); Ctrl-C to tear down", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for lab in labs:
+            errs = lab.down()
+            shutil.rmtree(lab.dir, ignore_errors=True)
+            for e in errs:
+                print(f"teardown error: {e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -68,13 +68,13 @@ def test_last_row_rule_matches_pandas_for_every_household():
     # An independent implementation of the rule: pandas' drop_duplicates(keep="last").
     df = pd.read_csv(DATA_CSV).drop_duplicates("unit_id", keep="last")
     assert valid_ids() == df["unit_id"].tolist()  # same IDs, same (file) order
-    for row in df.sample(300, random_state=0).itertuples(index=False):
-        h = get_household(row.unit_id)
-        assert h.year == row.year
-        assert h.monthly_charge == row._asdict()["_20"]  # monthly.charge
-        assert h.upload_kbps == int(row.medianUp * 0.008)
-        assert h.download_kbps == int(row.medianDown * 0.008)
-        assert h.rtt_ms == row.medianLatency / 1000
+    for row in df.sample(300, random_state=0).to_dict("records"):
+        h = get_household(row["unit_id"])
+        assert h.year == row["year"]
+        assert h.monthly_charge == row["monthly.charge"]
+        assert h.upload_kbps == int(row["medianUp"] * 0.008)
+        assert h.download_kbps == int(row["medianDown"] * 0.008)
+        assert h.rtt_ms == row["medianLatency"] / 1000
 
 
 def test_rate_conversion_agrees_with_value_times_0008_on_every_row():

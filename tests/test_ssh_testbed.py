@@ -164,9 +164,10 @@ def _comms(ns: str) -> dict[int, str]:
 
 @pytest.mark.netns
 def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
-    """Kill the client node's SSH sessions while the receiver runs: the attempt fails with an
-    error naming the node, teardown reconnects and cleans up, the retry completes; only the
-    complete trial directory is left."""
+    """Kill the client node's SSH sessions while the receiver runs. Either the runner re-opens
+    the session (recorded in meta.json) or, if a command was in flight, the attempt fails with
+    an error naming the node, teardown reconnects and cleans up and the retry completes. Only
+    the complete trial directory is left, and no process on the nodes."""
     import threading
     import time
 
@@ -199,10 +200,17 @@ def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
         t.join()
         tb.close()
     assert killed, "no SSH session was dropped"
-    assert len(messages) == 1 and "attempt 1 failed" in messages[0], messages
-    assert "client node" in messages[0] and lab.mgmt_addr["cli"] in messages[0], messages
     meta = json.loads((d / "meta.json").read_text())
-    assert meta["attempt"] == 2
+    if meta["attempt"] == 1:
+        # the drop fell between two commands: the runner re-opened the session and the
+        # detached processes on the node never noticed
+        assert meta["testbed"]["reconnects"].get("cli", 0) >= 1, meta["testbed"]
+        assert not messages, messages
+    else:
+        # a command was in flight: that attempt failed naming the node, the retry completed
+        assert meta["attempt"] == 2
+        assert len(messages) == 1 and "attempt 1 failed" in messages[0], messages
+        assert "client node" in messages[0] and lab.mgmt_addr["cli"] in messages[0], messages
     assert sorted(p.name for p in d.parent.iterdir()) == ["rep1"]  # no temp dir left
     for role in ("srv", "gw", "dly", "cli"):
         assert set(_comms(lab.ns(role)).values()) <= {"sshd"}, role

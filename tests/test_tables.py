@@ -238,3 +238,15 @@ def test_cli_summarize_prints_the_table_row(built, capsys):
 def test_cli_summarize_bad_dir(tmp_path, capsys):
     assert cli_main(["summarize", str(tmp_path / "nope")]) == 1
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_parallel_collect_gives_the_same_tables(tmp_path):
+    dirs = [copy_trial(d, tmp_path) for d in DIRS]
+    (dirs[2] / "queue.jsonl.gz").unlink()
+    with pytest.warns(tables.TrialSkipped, match="missing file queue.jsonl"):
+        one = tables.collect(dirs, jobs=1)
+    with pytest.warns(tables.TrialSkipped, match="missing file queue.jsonl"):
+        two = tables.collect(dirs, jobs=2)
+    assert [e.path for e in two.skipped] == [str(dirs[2])]
+    for name in ("trials", "ping", "queue", "throughput"):
+        pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))

@@ -19,6 +19,7 @@ exactly the IDs a config with ``seed: S`` and ``sample: N`` for bucket B gives.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,9 +134,17 @@ def bucket_of(price: float, buckets: Sequence[Bucket]) -> str | None:
 
 def candidates(bucket: Bucket, data: str | Path | None = None) -> list[dict]:
     """One row per household (last-row rule) whose price falls in the bucket, file order."""
+    from .households import _data_path
+
+    return list(_candidates(bucket.min_usd, bucket.max_usd, _data_path(data).resolve()))
+
+
+@functools.lru_cache(maxsize=32)
+def _candidates(min_usd: float, max_usd: float | None, path: Path) -> tuple[dict, ...]:
     from .households import unique_rows
 
-    return [row for row in unique_rows(data).values() if bucket.contains(row["monthly.charge"])]
+    b = Bucket("", min_usd, max_usd)
+    return tuple(row for row in unique_rows(path).values() if b.contains(row["monthly.charge"]))
 
 
 def sample_bucket(bucket: Bucket, n: int, seed: int, data: str | Path | None = None) -> list[int]:

@@ -6,8 +6,9 @@ the LAST row with that ``unit_id`` in file order.
 
 Unit conversions (the data set's units -> ours):
 - ``medianUp``/``medianDown`` are bytes/s; kbit/s = value * 0.008, truncated to an int.
-  We compute it as ``floor(value * 8 / 1000)``: the same number, but exact when the result
-  is a whole number (``value * 0.008`` can land a hair below it in binary floating point).
+  We compute it as ``floor(value * 8 / 1000)``, which is correctly rounded even when the
+  product is a whole number (0.008 has no exact binary form); on every row of the data set
+  it equals ``int(value * 0.008)`` (tests/test_households.py checks this).
 - ``medianLatency`` and the jitters are microseconds; ms = value / 1000.
 - ``medianLoss`` is a percentage; ``monthly.charge`` US dollars; ``advertised.*`` Mbit/s.
 """

@@ -506,6 +506,8 @@ class SshTestbed:
         self.slice = self.inv.slice(slice_name)
         self._conns: dict[str, Connection] = {}
         self._netem: bool | None = None
+        #: Connections re-opened after they broke (role -> count); recorded in meta.json.
+        self.reconnects: dict[str, int] = {}
 
     # connections ---------------------------------------------------------------------------
     def conn(self, role: str) -> Connection:
@@ -515,6 +517,7 @@ class SshTestbed:
         if c is not None:
             with contextlib.suppress(Exception):
                 c.close()
+            self.reconnects[role] = self.reconnects.get(role, 0) + 1
         c = connect(self.slice.node(role), self.inv)
         self._conns[role] = c
         return c
@@ -699,7 +702,11 @@ class SshTopology:
                 "addresses": {"server": sl.server_addr, "client": sl.client_addr},
                 "devices": {"gateway": dict(self.found["interfaces"]["gw"]),
                             "delay": list(self.found["interfaces"]["dly"])},
-                "offloads_before": self._offloads, "restored": self._restored}
+                "offloads_before": self._offloads,
+                # SSH sessions re-opened during the trial (the nodes' processes run detached,
+                # so a dropped control connection does not touch the measurement)
+                "reconnects": dict(self.tb.reconnects),
+                "teardown": "root qdiscs of ours deleted, offloads and bridge restored"}
 
     # lifecycle -----------------------------------------------------------------------------
     def _record_start(self, runner: FabricRunner, proc: FabricProcess) -> None:

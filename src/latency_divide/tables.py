@@ -65,6 +65,9 @@ class TrialInvalid(LatencyDivideError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self):  # picklable across worker processes
+        return (TrialInvalid, (self.path, self.reason))
+
 
 class TrialSkipped(UserWarning):
     """Warning category for a trial left out of the tables."""
@@ -437,24 +440,40 @@ def _frame(rows_or_frames, schema: pa.Schema) -> pd.DataFrame:
     return df[schema.names]
 
 
-def collect(trial_dirs: Iterable[Path | str]) -> Tables:
-    """Parse every trial; skip (with a :class:`TrialSkipped` warning) the unusable ones."""
+def _process(d: Path | str):
+    """Parse one trial: ("ok", row, keys, series) or ("skip", TrialInvalid)."""
+    try:
+        trial = load_trial(d)
+        row = trial_row(trial)
+        series = _series(trial, row["base_rtt_measured_ms"])
+    except TrialInvalid as e:
+        return ("skip", e)
+    return ("ok", row, {k: trial.keys[k] for k in KEYS}, series)
+
+
+def collect(trial_dirs: Iterable[Path | str], jobs: int = 1) -> Tables:
+    """Parse every trial (in ``jobs`` worker processes when > 1); skip, with a
+    :class:`TrialSkipped` warning naming it, every trial that cannot be used."""
+    dirs = list(trial_dirs)
+    if jobs > 1 and len(dirs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            results = list(ex.map(_process, dirs, chunksize=max(1, len(dirs) // (4 * jobs))))
+    else:
+        results = map(_process, dirs)
     rows: list[dict] = []
     ts: dict[str, list] = {"ping": [], "queue": [], "throughput": []}
     skipped: list[TrialInvalid] = []
-    seen = 0
-    for d in trial_dirs:
-        seen += 1
-        try:
-            trial = load_trial(d)
-            row = trial_row(trial)
-            series = _series(trial, row["base_rtt_measured_ms"])
-        except TrialInvalid as e:
+    seen = len(dirs)
+    for res in results:
+        if res[0] == "skip":
+            e = res[1]
             skipped.append(e)
             warnings.warn(f"skipping trial {e}", TrialSkipped, stacklevel=2)
             continue
+        _, row, keys, series = res
         rows.append(row)
-        keys = {k: trial.keys[k] for k in KEYS}
         for k, v in series.items():
             ts[k].append((keys, v))
     if not rows:
@@ -549,9 +568,9 @@ def read_table(path: Path | str, name: str | None = None) -> pd.DataFrame:
     return pq.read_table(path).to_pandas()
 
 
-def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str) -> Tables:
+def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: int = 1) -> Tables:
     """Parse the trials and write all tables under ``out_dir`` (results/tables)."""
-    t = collect(trial_dirs)
+    t = collect(trial_dirs, jobs=jobs)
     out = Path(out_dir)
     write_table(t.trials, out / "trials.parquet", "trials")
     for name in ("ping", "queue", "throughput"):

@@ -26,16 +26,16 @@ pub struct Opts {
     pub iface_b: String,
 
     /// One-way delay in milliseconds for both directions (fractions allowed, 0..=10000).
-    #[arg(long, value_name = "MS", value_parser = parse_delay_ms,
+    #[arg(long, value_name = "MS", value_parser = parse_delay_ms, allow_hyphen_values = true,
           required_unless_present_all = ["delay_ab_ms", "delay_ba_ms"])]
     pub delay_ms: Option<Duration>,
 
     /// One-way delay a->b in milliseconds; overrides --delay-ms for that direction.
-    #[arg(long, value_name = "MS", value_parser = parse_delay_ms)]
+    #[arg(long, value_name = "MS", value_parser = parse_delay_ms, allow_hyphen_values = true)]
     pub delay_ab_ms: Option<Duration>,
 
     /// One-way delay b->a in milliseconds; overrides --delay-ms for that direction.
-    #[arg(long, value_name = "MS", value_parser = parse_delay_ms)]
+    #[arg(long, value_name = "MS", value_parser = parse_delay_ms, allow_hyphen_values = true)]
     pub delay_ba_ms: Option<Duration>,
 
     /// Most frames held per direction; frames arriving at a full queue are dropped and
@@ -180,6 +180,8 @@ mod tests {
         let e = parse_delay_ms("-1").unwrap_err();
         assert!(e.contains("\"-1\"") && e.contains("0 to"), "{e}");
         assert!(parse_delay_ms("nan").is_err());
+        let e = parse(&["--iface-a", "x", "--iface-b", "y", "--delay-ms", "-3"]).unwrap_err();
+        assert!(e.to_string().contains("\"-3\" ms is out of range"), "{e}");
         assert!(parse_delay_ms("10001").is_err());
         assert!(parse_delay_ms("10ms").unwrap_err().contains("10ms"));
         assert_eq!(parse_delay_ms("0.001").unwrap(), Duration::from_micros(1));

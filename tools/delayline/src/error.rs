@@ -28,7 +28,7 @@ pub enum DelaylineError {
     )]
     OffloadOn { iface: String, features: String },
 
-    #[error("{what} on interface {iface:?}: {source}")]
+    #[error("{what} on interface {iface:?}")]
     Io {
         what: &'static str,
         iface: String,

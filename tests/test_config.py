@@ -1,0 +1,147 @@
+"""Config loading: the shipped configs, and every kind of error naming its key and value."""
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from latency_divide.buckets import PAPER_IDS, sample_bucket, parse_bucket
+from latency_divide.config import load_config
+from latency_divide.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    with open(ROOT / "config" / "config.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def variant(cfg, **kv):
+    c = copy.deepcopy(cfg)
+    for path, value in kv.items():
+        *parents, last = path.split("__")
+        node = c
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        if value is DELETE:
+            del node[int(last) if last.isdigit() else last]
+        else:
+            node[int(last) if last.isdigit() else last] = value
+    return c
+
+
+DELETE = object()
+
+
+def test_default_config_is_the_paper_run(base):
+    c = load_config(ROOT / "config" / "config.yaml")
+    assert c.household_ids() == [h for ids in PAPER_IDS.values() for h in ids]
+    assert len(c.household_ids()) == 38
+    assert [b.name for b in c.buckets] == ["0-30", "30-40", "40-50", "50+"]
+    assert c.buckets[-1].max_usd is None
+    assert c.qfactor == 2.0 and c.directions == ("uplink", "downlink")
+    assert [(v.name, v.cc, v.delta) for v in c.variants] == [
+        ("cubic", "cubic", None), ("copa-0.2", "copa", 0.2), ("copa-0.5", "copa", 0.5),
+        ("copa-0.8", "copa", 0.8)]
+    assert c.trial.duration_s == 60 and c.trial.queue_interval_s == 0.1
+    assert c.tool.name == "tquic-perf" and c.tool.binary().name == "tquic-perf"
+    assert c.testbed.kind == "local"
+    assert c.bucket_of_household(11406) == "0-30"
+    assert c.variant("copa-0.5").delta == 0.5
+    assert load_config(base).household_ids() == c.household_ids()  # mapping == file
+
+
+@pytest.mark.parametrize("name", ["quick.yaml", "test.yaml"])
+def test_small_configs(name):
+    c = load_config(ROOT / "config" / name)
+    assert len(c.household_ids()) == 2
+    assert len({c.bucket_of_household(h) for h in c.household_ids()}) == 2
+    assert c.variant_names() == ["cubic", "copa-0.5"]
+    assert c.trial.duration_s <= 20
+
+
+def test_every_key_of_the_default_config_has_a_comment():
+    for line in (ROOT / "config" / "config.yaml").read_text().splitlines():
+        s = line.strip()
+        if s and not s.startswith(("#", "-", "ids:")) and s.endswith((":", "null")) is False:
+            pass
+    # keys on their own line must carry a comment on the line or the line above
+    lines = (ROOT / "config" / "config.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if not s or s.startswith("#") or s.startswith("- {"):
+            continue
+        if ":" in s and not s.startswith("ids:") and not s.startswith("- name"):
+            has = "#" in line or lines[i - 1].strip().startswith("#")
+            if s.split(":")[0] in ("min", "max", "name") and i > 14:
+                continue  # bucket fields are documented on the first bucket
+            assert has, f"config.yaml line {i + 1} has no comment: {line!r}"
+
+
+def test_sampled_bucket_matches_the_cli_draw(base):
+    cfg = variant(base, households__buckets=[{"name": "0-30", "min": 0, "max": 30, "sample": 10}],
+                  households__seed=7)
+    c = load_config(cfg)
+    assert list(c.households_by_bucket["0-30"]) == sample_bucket(parse_bucket("0-30"), 10, 7)
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"colour": "red"}, ["unknown key colour"]),
+        ({"trial__durations": 5}, ["unknown key trial.durations", "allowed here", "duration_s"]),
+        ({"variants__0__speed": 1}, ["unknown key variants[0].speed"]),
+        ({"households__buckets__0__price": 3}, ["unknown key households.buckets[0].price"]),
+        ({"qfactor": "two"}, ["qfactor", "'two'"]),
+        ({"qfactor": 0}, ["qfactor", "0"]),
+        ({"trial__duration_s": 0}, ["trial.duration_s", "0"]),
+        ({"trial__duration_s": -3}, ["trial.duration_s", "-3"]),
+        ({"trial__repetitions": 1.5}, ["trial.repetitions", "1.5"]),
+        ({"variants__1__delta": 0}, ["variants[1].delta", "0"]),
+        ({"variants__1__delta": 1.5}, ["variants[1].delta", "1.5"]),
+        ({"variants__1__cc": "reno"}, ["variants[1].cc", "'reno'"]),
+        ({"variants": []}, ["variants", "[]"]),
+        ({"directions": ["up"]}, ["directions[0]", "'up'"]),
+        ({"tool__name": "iperf"}, ["tool.name", "'iperf'"]),
+        ({"testbed__delay": "tbf"}, ["testbed.delay", "'tbf'"]),
+        ({"trial": DELETE}, ["'trial' is a required property"]),
+        ({"variants__1__name": "cubic"}, ["variants[1].name", "'cubic'", "repeated"]),
+        ({"variants__0__delta": 0.5}, ["variants[0].delta", "0.5", "copa only"]),
+        ({"variants__1__delta": DELETE}, ["variants[1]", "copa-0.2", "delta"]),
+        ({"households__buckets__0__ids": [11406, 123]}, ["unknown household ID 123", "0-30"]),
+        ({"households__buckets__1__ids": [11406]}, ["11406", "$6.99", "30-40"]),
+        ({"households__buckets__1__min": 25}, ["households.buckets[1]", "overlaps", "'0-30'"]),
+        ({"households__buckets__0__sample": 3}, ["households.buckets[0]", "ids", "sample"]),
+        ({"households__buckets__0__ids": DELETE}, ["households.buckets[0]", "ids", "sample"]),
+        ({"households__buckets__0__sample": 100000, "households__buckets__0__ids": DELETE},
+         ["'0-30'", "cannot sample 100000"]),
+        ({"households__buckets__0__max": None}, ["'30-40'", "unbounded"]),
+        ({"tool__name": "tperf"}, ["tool.path", "tperf"]),
+        ({"testbed__kind": "ssh"}, ["testbed.inventory", "ssh"]),
+    ],
+)
+def test_config_errors_name_key_and_value(base, change, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(variant(base, **change))
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def test_not_a_mapping_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("households: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(lst)
+
+
+def test_load_config_does_not_modify_its_input(base):
+    before = copy.deepcopy(base)
+    load_config(base)
+    assert base == before
