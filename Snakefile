@@ -9,12 +9,15 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# Schema first (Snakemake's own check), then the package's load_config (rules/common.smk),
-# which repeats it with readable messages and adds the semantic checks.
+# Validation: rules/common.smk calls the package's load_config (the source of truth: schema
+# with readable messages naming key and value, then the semantic checks, households resolved);
+# Snakemake's own schema check follows and can only agree.
+include: "rules/common.smk"
+
+
 validate(config, "config/schema.yaml")
 
 
-include: "rules/common.smk"
 include: "rules/households.smk"
 include: "rules/links.smk"
 include: "rules/provision.smk"

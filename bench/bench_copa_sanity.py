@@ -18,6 +18,8 @@ variant (medians over REPS runs of the per-run figures):
 - mean bfifo backlog in packets over the same window (tc's qlen) and drops;
 - expected standing queue 1/δ packets for Copa.
 
+--pacing runs the senders paced (tquic's own default; tperf's default is unpaced).
+
 Needs root, ping, `cargo build --release -p tquic-perf -p delayline`.
 Run: sudo .venv/bin/python bench/bench_copa_sanity.py [--duration-s 20] [--reps 1]
 """
@@ -56,13 +58,13 @@ def shaped_plan(rate_kbit: int, rtt_ms: float, qfactor: float) -> LinkPlan:
 
 
 def run_variant(topo, cc: str, delta: float | None, duration_s: float, skip_s: float,
-                d: Path) -> dict:
+                d: Path, pacing: bool = False) -> dict:
     srv, cli, gw = topo.runner("srv"), topo.runner("cli"), topo.runner("gw")
     cc_args = ["-congestion", cc] + (["-latency_factor", repr(delta)] if delta else [])
     procs = []
     try:
         server = srv.start([str(TOOL), "-mode", "server", "-host", topology.SERVER_ADDR,
-                            "-port", str(PORT), *cc_args, "-once",
+                            "-port", str(PORT), *cc_args, "-once", f"-pacing={str(pacing).lower()}",
                             "-json", str(d / "sender.json")], stderr=d / "sender.log")
         procs.append(server)
         wait_for(lambda: srv.run(["ss", "-H", "-u", "-l", "-n", "sport", "=", f":{PORT}"],
@@ -112,7 +114,8 @@ def main() -> None:
     ap.add_argument("--skip-s", type=float, default=3.0,
                     help="seconds after the first byte left out of the delay/queue means")
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--keep", type=Path, help="copy the raw logs of each run here")
+    ap.add_argument("--keep", type=Path, help="keep the raw logs of each run in this directory")
+    ap.add_argument("--pacing", action="store_true", help="run the senders with -pacing")
     args = ap.parse_args()
     for p in (TOOL, DELAYLINE):
         if not p.is_file():
@@ -121,7 +124,8 @@ def main() -> None:
     pkt_ms = 1242 * 8 / args.rate_kbit  # one 1200-byte QUIC packet on the wire (+42 B headers)
     print(f"link: {args.rate_kbit} kbit/s, RTT {args.rtt_ms:g} ms ({plan.delay.mechanism}), "
           f"bfifo {plan.downlink.queue_bytes} B = {args.qfactor:g} x BDP; one packet = "
-          f"{pkt_ms:.2f} ms; {args.duration_s:g} s transfers, first {args.skip_s:g} s skipped")
+          f"{pkt_ms:.2f} ms; {args.duration_s:g} s transfers, first {args.skip_s:g} s skipped; "
+          f"pacing {'on' if args.pacing else 'off'}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ld-bench-copa-") as tmp, \
             topology.Topology(plan, delayline_bin=str(DELAYLINE)) as topo:
@@ -130,7 +134,7 @@ def main() -> None:
                 name = cc if delta is None else f"copa-{delta:g}"
                 d = (args.keep or Path(tmp)) / f"{name}-r{rep}"
                 d.mkdir(parents=True, exist_ok=True)
-                r = run_variant(topo, cc, delta, args.duration_s, args.skip_s, d)
+                r = run_variant(topo, cc, delta, args.duration_s, args.skip_s, d, args.pacing)
                 r.update(variant=name, delta=delta, rep=rep)
                 rows.append(r)
                 print(f"  {name:9} rep={rep} goodput={r['goodput_kbps']:7.0f} kbit/s "

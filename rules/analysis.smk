@@ -1,16 +1,8 @@
 # Stage 4: analysis. Every complete trial directory (its meta.json, from rules/common.smk's
-# trial_targets()) -> typed Parquet tables under results/tables/. A trial directory that cannot
-# be used is named in the log (logs/tables/tables.log) and left out; none usable is an error.
-# Inputs are the meta.json files only: the trial rule's own inputs are `ancient`, so raw data
-# restored by DVC (no mtimes kept) re-runs this cheap rule at most, never a trial.
-
-TABLE_FILES = {
-    "trials": "results/tables/trials.parquet",
-    "ping": "results/tables/timeseries/ping.parquet",
-    "queue": "results/tables/timeseries/queue.parquet",
-    "throughput": "results/tables/timeseries/throughput.parquet",
-    "summary": "results/tables/summary.parquet",
-}
+# trial_targets()) -> typed Parquet tables under results/tables/ (TABLE_FILES in common.smk).
+# A trial directory that cannot be used is named in the log and left out; none usable is an
+# error. Inputs are the meta.json files only: the trial rule's own inputs are `ancient`, so raw
+# data restored by DVC (no mtimes kept) re-runs this cheap rule at most, never a trial.
 
 
 rule analysis_tables:
@@ -25,10 +17,6 @@ rule analysis_tables:
         "logs/analysis_tables/analysis_tables.log",
     script:
         "../workflow/scripts/build_tables.py"
-
-
-def analysis_targets():
-    return list(TABLE_FILES.values())
 
 
 TARGET_FUNCTIONS.append(analysis_targets)

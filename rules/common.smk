@@ -30,6 +30,34 @@ def trial_targets():
     return [str(trial_meta_path("results/raw", *t)) for t in trial_ids(CFG)]
 
 
+# Analysis and figures (rules/analysis.smk, rules/figures.smk; those files register these
+# target functions in TARGET_FUNCTIONS when they are included).
+TABLE_FILES = {
+    "trials": "results/tables/trials.parquet",
+    "ping": "results/tables/timeseries/ping.parquet",
+    "queue": "results/tables/timeseries/queue.parquet",
+    "throughput": "results/tables/timeseries/throughput.parquet",
+    "summary": "results/tables/summary.parquet",
+}
+FIGURE_NAMES = ["delay_tput", "self_delay", "timeseries", "divide"]
+
+
+def analysis_targets():
+    return list(TABLE_FILES.values())
+
+
+def figure_targets():
+    return expand("results/figures/{figure}.{ext}", figure=FIGURE_NAMES,
+                  ext=["pdf", "png", "provenance.json"])
+
+
+def timeseries_household():
+    """Household of the time-series figure: config figures.timeseries_household if set, else
+    None (the first configured household with a valid trial)."""
+    chosen = (config.get("figures") or {}).get("timeseries_household")
+    return int(chosen) if chosen is not None else None
+
+
 # `rule all` builds what these functions return; a stage adds its function here.
 TARGET_FUNCTIONS = [household_targets, link_targets, table_targets, trial_targets]
 

@@ -2,17 +2,7 @@
 # the caption workflow/report/<figure>.rst) and a provenance sidecar <figure>.provenance.json
 # (households, trial files with sha256, config hash, git revision; `latency-divide trace`).
 # One rule per figure (figure_<name>), generated below, because a report caption cannot be a
-# wildcard path.
-
-FIGURE_NAMES = ["delay_tput", "self_delay", "timeseries", "divide"]
-
-
-def timeseries_household():
-    """Household of the time-series panel: config figures.timeseries_household if set (None:
-    the first configured household with a valid trial)."""
-    chosen = (config.get("figures") or {}).get("timeseries_household")
-    return int(chosen) if chosen is not None else None
-
+# wildcard path. FIGURE_NAMES and the helpers are in rules/common.smk.
 
 for _fig in FIGURE_NAMES:
 
@@ -48,14 +38,6 @@ for _fig in FIGURE_NAMES:
             f"logs/figure/{_fig}.log",
         script:
             "../workflow/scripts/figure.py"
-
-
-def figure_targets():
-    return expand(
-        "results/figures/{figure}.{ext}",
-        figure=FIGURE_NAMES,
-        ext=["pdf", "png", "provenance.json"],
-    )
 
 
 TARGET_FUNCTIONS.append(figure_targets)

@@ -14,7 +14,6 @@ from latency_divide.errors import ConfigError
 from latency_divide.households import get_household
 from latency_divide.linkplan import (
     DelayPlan,
-    LinkPlan,
     ShaperPlan,
     check_ifname,
     htb_r2q,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -84,18 +83,13 @@ def _spec(direction="downlink"):
 
 
 def _metrics(d: Path) -> dict:
-    from latency_divide.parsers.ping import parse_ping
-    from latency_divide.rawio import read_text
+    """The analysis' own parse of the trial (latency-divide summarize)."""
+    from latency_divide.tables import summarize_trial
 
-    meta = json.loads((d / "meta.json").read_text())
-    text = read_text(d, "receiver.log")
-    m = re.search(r"Overall throughput: ([0-9.]+)Mb/s", text)
-    assert m, text[-500:]
-    ping = parse_ping(read_text(d, "ping.log"))
-    idle = ping[ping.t_unix < meta["timing"]["transfer_started_unix"]].rtt_ms.dropna()
-    assert len(idle) >= 5, ping
-    return {"goodput_kbit": float(m.group(1)) * 1048.576,  # tperf's Mb are 2^20 bit
-            "base_rtt_ms": float(idle.median()), "meta": meta,
+    row = summarize_trial(d)
+    return {"goodput_kbit": float(row["goodput_kbps"]),
+            "base_rtt_ms": float(row["base_rtt_measured_ms"]), "row": row,
+            "meta": json.loads((d / "meta.json").read_text()),
             "files": sorted(p.name for p in d.iterdir())}
 
 
@@ -214,6 +208,24 @@ def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
     assert sorted(p.name for p in d.parent.iterdir()) == ["rep1"]  # no temp dir left
     for role in ("srv", "gw", "dly", "cli"):
         assert set(_comms(lab.ns(role)).values()) <= {"sshd"}, role
+
+
+@pytest.mark.netns
+def test_jump_host(lab):
+    """A node reached through a jump host (FABRIC's bastion): here the server's own sshd
+    forwards to itself, so the session's peer address shows the hop."""
+    from latency_divide.ssh import SshTestbed
+
+    srv = lab.mgmt_addr["srv"]
+    inv = load_inventory(lab.inventory(server={"jump": {"host": srv}}))
+    tb = SshTestbed(inv)
+    try:
+        conn = tb.runner("srv").run(["sh", "-c", 'echo "$SSH_CONNECTION"'], sudo=False).stdout
+        assert conn.split()[0] == srv, conn  # direct sessions come from the root namespace
+        direct = tb.runner("gw").run(["sh", "-c", 'echo "$SSH_CONNECTION"'], sudo=False).stdout
+        assert direct.split()[0] != lab.mgmt_addr["gw"], direct
+    finally:
+        tb.close()
 
 
 @pytest.mark.netns

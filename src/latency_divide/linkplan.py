@@ -38,7 +38,7 @@ import json
 import math
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -183,7 +183,7 @@ class LinkPlan:
     rtt_ms: float
     uplink: ShaperPlan
     downlink: ShaperPlan
-    delay: DelayPlan = field()
+    delay: DelayPlan
 
     def shaper(self, direction: str) -> ShaperPlan:
         if direction == "uplink":
