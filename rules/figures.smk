@@ -41,3 +41,11 @@ for _fig in FIGURE_NAMES:
 
 
 TARGET_FUNCTIONS.append(figure_targets)
+
+
+# `snakemake analysis`: tables and figures only (dvc.yaml's analysis stage runs this).
+rule analysis:
+    input:
+        analysis_targets(),
+        figure_targets(),
+    localrule: True

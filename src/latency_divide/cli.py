@@ -235,7 +235,45 @@ def _trace(args) -> int:
 
     res = verify(args.figure, root=args.root)
     print(format_trace(res, files=args.files))
+    from .datacheck import format_dvc_trace  # the DVC-tracked file of each trial (dvc.lock)
+
+    for line in format_dvc_trace(res.record, root=args.root, files=args.files):
+        print(line)
     return 0 if res.ok else 2
+
+
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", default="results/raw",
+                   help="tracked data to check: results/raw (default), a household or trial "
+                   "directory under it")
+    p.add_argument("--repo", help="the DVC repository (default: the one containing PATH)")
+
+
+def _verify(args) -> int:
+    from .datacheck import format_report, verify
+
+    rep = verify(args.path, repo=args.repo)
+    print(format_report(rep))
+    return 0 if rep.ok else 2
+
+
+def _publish_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote", help="local DVC remote to push to (default: the default remote, "
+                   "`published` = dvc-remote/)")
+    p.add_argument("--limit-mb", type=float, default=30.0,
+                   help="largest allowed size of the remote after the push, MB (default 30)")
+    p.add_argument("--no-commit", action="store_true",
+                   help="push what dvc.lock records now (skip `dvc commit trials`)")
+
+
+def _publish(args) -> int:
+    from .datacheck import DataCheckError, publish
+
+    if not args.limit_mb > 0:
+        raise DataCheckError(f"--limit-mb {args.limit_mb}: must be > 0")
+    publish(".", remote=args.remote, limit_bytes=int(args.limit_mb * 1_000_000),
+            commit=not args.no_commit, log=lambda m: print(m, file=sys.stderr))
+    return 0
 
 
 class Command(NamedTuple):
@@ -250,6 +288,10 @@ COMMANDS: dict[str, Command] = {
     "linkplan": Command("print the tc/delay commands for a household", _linkplan_args, _linkplan),
     "summarize": Command("print one trial's row of the trials table", _summarize_args, _summarize),
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
+    "verify": Command("check raw data against dvc.lock (missing or corrupted files)",
+                      _verify_args, _verify),
+    "publish": Command("record results/raw in dvc.lock and push it to the published remote",
+                       _publish_args, _publish),
     "trial": Command("run one trial (local namespaces, or an SSH testbed with --inventory)",
                      _trial_args, _trial),
     "provision": Command("prepare SSH testbed nodes (packages, our tools)", _provision_args,

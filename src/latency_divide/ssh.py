@@ -41,7 +41,6 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from . import PREFIX
 from .errors import CommandError, ConfigError, EnvironmentError_, LatencyDivideError
 from .inventory import ROLE_NAMES, ROLES, Inventory, Node, Slice, load_inventory
 from .runners import Completed, _argv, pid_alive

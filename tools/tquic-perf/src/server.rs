@@ -282,13 +282,14 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     let socket = net::udp_socket(addr).map_err(|cause| PerfError::Bind { addr, cause })?;
     let socket = Rc::new(socket);
 
-    let temp_cert;
-    let (cert, key) = match (&opts.cert, &opts.key) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => {
-            temp_cert = TempCert::create()?;
-            (temp_cert.cert.clone(), temp_cert.key.clone())
-        }
+    let temp_cert = match (&opts.cert, &opts.key) {
+        (Some(_), Some(_)) => None,
+        _ => Some(TempCert::create()?),
+    };
+    let (cert, key) = match (&opts.cert, &opts.key, &temp_cert) {
+        (Some(c), Some(k), _) => (c.clone(), k.clone()),
+        (_, _, Some(t)) => (t.cert.clone(), t.key.clone()),
+        _ => unreachable!("a temporary certificate is made when -cert/-key are not given"),
     };
     let mut config = net::base_config(opts)?;
     let tls = TlsConfig::new_server_config(
@@ -305,6 +306,9 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         ))
     })?;
     config.set_tls_config(tls);
+    // BoringSSL has read both files: remove a generated key now, so even a SIGKILLed server
+    // leaves nothing behind.
+    drop(temp_cert);
 
     let finished = Rc::new(RefCell::new(Vec::new()));
     let handler = ServerHandler {
