@@ -160,6 +160,17 @@ def netem_available() -> bool:
     return _NETEM_PROBE
 
 
+def planned_delay_mechanism(choice: str) -> str:
+    """The mechanism a link plan *on paper* names: ``auto`` is resolved by probing the kernel
+    when we can (root), else it is assumed to be netem (what common kernels have). The plan a
+    trial applies is resolved again at trial time and recorded in its meta.json, so this
+    only matters for the link stage's JSON, e.g. when re-analysing published data without
+    root."""
+    if choice == "auto" and os.geteuid() != 0:
+        return "netem"
+    return resolve_delay_mechanism(choice)
+
+
 def resolve_delay_mechanism(choice: str) -> str:
     """``auto`` -> netem when the kernel has it, else the userspace delay line."""
     if choice == "auto":
