@@ -22,6 +22,8 @@ include: "rules/households.smk"
 include: "rules/links.smk"
 include: "rules/provision.smk"
 include: "rules/trials.smk"
+include: "rules/analysis.smk"
+include: "rules/figures.smk"
 
 
 rule all:

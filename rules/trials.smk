@@ -27,5 +27,12 @@ rule trial:
         "../workflow/scripts/run_trial.py"
 
 
+# `snakemake trials`: every trial of the run and nothing downstream (dvc.yaml's trials stage).
+rule trials:
+    input:
+        trial_targets(),
+    localrule: True
+
+
 onstart:
     mark_run_start(RUN_START)

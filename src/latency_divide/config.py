@@ -196,6 +196,12 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     if testbed.kind == "ssh" and testbed.inventory is None:
         raise ConfigError("config: testbed.inventory = None: an SSH inventory is required for testbed.kind ssh")
 
+    ts_household = (raw.get("figures") or {}).get("timeseries_household")
+    run_ids = {h for ids in by_bucket.values() for h in ids}
+    if ts_household is not None and ts_household not in run_ids:
+        raise ConfigError(f"config: figures.timeseries_household = {ts_household}: not one of "
+                          f"this run's households ({len(run_ids)} configured)")
+
     t = raw["trial"]
     trial = TrialSettings(
         duration_s=float(t["duration_s"]),

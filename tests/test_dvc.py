@@ -1,0 +1,255 @@
+"""DVC: published raw data, re-analysis from a fresh clone, integrity checks (issue 7).
+
+Real git, real DVC (.venv/bin/dvc), real Snakemake, real trial directories (the fixtures in
+tests/data/trials, made by `latency-divide trial`). A throwaway project repository is built
+from the workflow files of this checkout, its raw data published with `latency-divide publish`
+to its own dvc-remote/ (committed to git, as in the real repository), and cloned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from latency_divide.datacheck import (
+    DataCheckError,
+    md5_file,
+    trial_files,
+    tracked_outs,
+    verify,
+)
+
+from conftest import ROOT, VENV_BIN
+
+DVC = str(VENV_BIN / "dvc")
+FIXTURES = ROOT / "tests" / "data" / "trials"
+# The fixture trials used: both households of price bucket 0-30, uplink, cubic and copa-0.5.
+HOUSEHOLDS = [799254, 13570]
+TEST_CONFIG = "config/dvc-test.yaml"
+WORKFLOW_FILES = ["Snakefile", "rules", "workflow", "config", "envs", "resources", "dvc.yaml",
+                  ".dvcignore", ".dvc/config", ".dvc/.gitignore"]
+TABLE = "results/tables/trials.parquet"
+FIGURE = "results/figures/delay_tput.pdf"
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        DVC_NO_ANALYTICS="1",
+        DVC_SITE_CACHE_DIR=str(tmp / "dvc-site-cache"),
+        GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.invalid",
+        GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.invalid",
+        GIT_CONFIG_GLOBAL=str(tmp / "gitconfig"), GIT_CONFIG_NOSYSTEM="1",
+    )
+    return env
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], check: bool = True,
+        timeout: float = 600) -> subprocess.CompletedProcess:
+    p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{argv} exited {p.returncode}\n--- stdout\n{p.stdout}\n"
+                             f"--- stderr\n{p.stderr}")
+    return p
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Snakemake's 'Job stats' table (rule -> count); {} when nothing had to run."""
+    m = re.search(r"Job stats:\n\s*job\s+count\n[- ]+\n(.*?)\n\s*total\s+(\d+)", output, re.S)
+    if not m:
+        return {}
+    counts = {}
+    for line in m.group(1).splitlines():
+        name, n = line.split()
+        counts[name] = int(n)
+    return counts
+
+
+def _test_config() -> dict:
+    cfg = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    cfg["households"]["buckets"] = [{"name": "0-30", "min": 0, "max": 30, "ids": HOUSEHOLDS}]
+    cfg["directions"] = ["uplink"]
+    cfg["variants"] = [{"name": "cubic", "cc": "cubic"},
+                       {"name": "copa-0.5", "cc": "copa", "delta": 0.5}]
+    cfg["trial"]["repetitions"] = 1
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> dict:
+    """A git repository of the workflow + 4 real trials, published with `latency-divide
+    publish` to its dvc-remote/ and committed (dvc.lock, dvc-remote/ included)."""
+    tmp = tmp_path_factory.mktemp("dvc")
+    env = _env(tmp)
+    (tmp / "gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    src = tmp / "origin"
+    src.mkdir()
+    for name in WORKFLOW_FILES:
+        s, d = ROOT / name, src / name
+        d.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if s.is_dir() else shutil.copy2)(s, d)
+    (src / TEST_CONFIG).write_text(yaml.safe_dump(_test_config(), sort_keys=False))
+    (src / ".gitignore").write_text("/results/*\n/logs/\n/.snakemake/\n")
+    raw = src / "results" / "raw"
+    for h in HOUSEHOLDS:
+        shutil.copytree(FIXTURES / str(h), raw / str(h))
+    run(["git", "init", "-q"], src, env)
+    pub = run([str(VENV_BIN / "latency-divide"), "publish"], src, env)
+    run(["git", "add", "-A"], src, env)
+    run(["git", "commit", "-q", "-m", "published raw data"], src, env)
+    return {"tmp": tmp, "env": env, "origin": src, "publish_log": pub.stderr}
+
+
+def clone_and_pull(published: dict, name: str) -> Path:
+    dst = published["tmp"] / name
+    run(["git", "clone", "-q", str(published["origin"]), str(dst)], published["tmp"],
+        published["env"])
+    assert not (dst / "results" / "raw").exists()
+    run([DVC, "pull"], dst, published["env"])
+    return dst
+
+
+def test_publish_records_every_file_and_fills_the_remote(published):
+    src = published["origin"]
+    lock = yaml.safe_load((src / "dvc.lock").read_text())
+    (out,) = lock["stages"]["trials"]["outs"]
+    assert out["path"] == "results/raw" and out["md5"].endswith(".dir")
+    files = sorted(p for p in (src / "results" / "raw").rglob("*") if p.is_file())
+    assert out["nfiles"] == len(files) == 4 * 9
+    # the .dir manifest (in the committed remote) lists every file with its own md5
+    obj = out["md5"].removesuffix(".dir")
+    manifest = json.loads((src / "dvc-remote" / "files" / "md5" / obj[:2] /
+                           f"{obj[2:]}.dir").read_text())
+    assert {e["relpath"]: e["md5"] for e in manifest} == {
+        f.relative_to(src / "results" / "raw").as_posix(): md5_file(f) for f in files}
+    # the remote is committed to git, and the publish log reported its size under the limit
+    tracked = run(["git", "ls-files", "dvc-remote"], src, published["env"]).stdout.split()
+    assert len(tracked) == len({e["md5"] for e in manifest}) + 1
+    m = re.search(r"published: .* holds (\d+) bytes \(limit 30000000\)", published["publish_log"])
+    assert m and 0 < int(m.group(1)) <= 30_000_000
+
+
+@pytest.mark.slow
+def test_clone_pull_reanalysis_runs_no_trial(published):
+    snakefile = (ROOT / "Snakefile").read_text()
+    if 'include: "rules/figures.smk"' not in snakefile:
+        pytest.skip("Snakefile does not include rules/analysis.smk and rules/figures.smk yet")
+    clone = clone_and_pull(published, "reanalysis")
+    env = published["env"]
+    assert len([p for p in (clone / "results/raw").rglob("*") if p.is_file()]) == 36
+    ok = run([str(VENV_BIN / "latency-divide"), "verify"], clone, env)
+    assert "OK: 36 tracked files" in ok.stdout
+    # no .snakemake metadata, no households/links, fresh mtimes: the trials must still count
+    p = run([str(VENV_BIN / "snakemake"), "--cores", "1", TABLE, FIGURE,
+             "--configfile", TEST_CONFIG], clone, env, timeout=900)
+    jobs = job_counts(p.stdout + p.stderr)
+    assert jobs, p.stdout + p.stderr
+    assert "trial" not in jobs and "household" not in jobs and "linkplan" not in jobs, jobs
+    assert jobs.get("analysis_tables") == 1 and jobs.get("figure_delay_tput") == 1, jobs
+    assert (clone / TABLE).stat().st_size > 0 and (clone / FIGURE).stat().st_size > 0
+    # the raw data are untouched by the analysis
+    assert run([str(VENV_BIN / "latency-divide"), "verify"], clone, env).returncode == 0
+    # trace: the figure -> households and the DVC-tracked files (md5 as in the manifest)
+    t = run([str(VENV_BIN / "latency-divide"), "trace", FIGURE], clone, env, check=False)
+    lock = yaml.safe_load((clone / "dvc.lock").read_text())
+    dir_md5 = lock["stages"]["trials"]["outs"][0]["md5"]
+    assert f"results/raw  dvc.lock stage trials  md5 {dir_md5}" in t.stdout, t.stdout
+    for h in HOUSEHOLDS:
+        assert str(h) in t.stdout
+    meta = "results/raw/799254/uplink/cubic/rep1"
+    assert f"meta.json md5 {md5_file(clone / meta / 'meta.json')}" in t.stdout, t.stdout
+
+
+def test_verify_names_corrupted_and_missing_files(published):
+    clone = clone_and_pull(published, "integrity")
+    env = published["env"]
+    cli = str(VENV_BIN / "latency-divide")
+    assert run([cli, "verify"], clone, env).returncode == 0
+    corrupt = "results/raw/13570/uplink/copa-0.5/rep1/ping.log.gz"
+    gone = "results/raw/799254/uplink/cubic/rep1/meta.json"
+    extra = "results/raw/799254/uplink/cubic/rep1/notes.txt"
+    with open(clone / corrupt, "r+b") as f:  # flip one byte, same size
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 0xFF]))
+    (clone / gone).unlink()
+    (clone / extra).write_text("not part of the data set\n")
+    p = run([cli, "verify"], clone, env, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert any(line.split()[:2] == ["CORRUPTED", f"{corrupt}:"] for line in lines), p.stdout
+    assert any(line.split()[:2] == ["MISSING", f"{gone}:"] for line in lines), p.stdout
+    assert any(line.split()[:2] == ["UNTRACKED", f"{extra}:"] for line in lines), p.stdout
+    assert "34 intact, 1 missing, 1 corrupted" in p.stdout
+    # a part of the tracked directory: only its files are checked
+    p = run([cli, "verify", "results/raw/13570"], clone, env, check=False)
+    assert p.returncode == 2 and corrupt in p.stdout and gone not in p.stdout
+    rep = verify(clone / "results/raw/13570/uplink/cubic", repo=clone)
+    assert rep.ok and rep.checked == 9 and not rep.findings
+    # `dvc checkout` restores both from the cache: verify agrees again
+    (clone / extra).unlink()
+    run([DVC, "checkout", "--force"], clone, env)
+    assert run([cli, "verify"], clone, env).returncode == 0
+
+
+def test_verify_errors_name_the_problem(published, tmp_path):
+    clone = clone_and_pull(published, "errors")
+    env = published["env"]
+    cli = str(VENV_BIN / "latency-divide")
+    p = run([cli, "verify", "config"], clone, env, check=False)
+    assert p.returncode == 1 and "config: not tracked by DVC" in p.stderr
+    # without the cache and with the remote's manifest damaged, the manifest cannot be trusted
+    shutil.rmtree(clone / ".dvc" / "cache")
+    (out,) = [o for o in tracked_outs(clone) if o.path == "results/raw"]
+    obj = out.md5.removesuffix(".dir")
+    man = clone / "dvc-remote" / "files" / "md5" / obj[:2] / f"{obj[2:]}.dir"
+    man.write_text(man.read_text().replace('"relpath"', '"relpath" ', 1))
+    with pytest.raises(DataCheckError, match=r"manifest .*\.dir of results/raw .* corrupted"):
+        verify(clone / "results/raw", repo=clone)
+    assert trial_files(["results/raw/13570/uplink/cubic/rep1"], clone)[0].files == {}
+    p = run([cli, "verify"], clone, env, check=False)
+    assert p.returncode == 1 and "run `dvc fetch`" in p.stderr
+
+
+def test_publish_refuses_over_the_size_limit(published):
+    clone = published["tmp"] / "limit"
+    env = published["env"]
+    run(["git", "clone", "-q", str(published["origin"]), str(clone)], published["tmp"], env)
+    run([DVC, "pull"], clone, env)
+    before = sorted(p.relative_to(clone).as_posix() for p in (clone / "dvc-remote").rglob("*"))
+    # a new file in the raw data: publishing it would need more than the (tiny) limit
+    (clone / "results/raw/13570/uplink/cubic/rep1/extra.log").write_text("x" * 5000)
+    p = run([str(VENV_BIN / "latency-divide"), "publish", "--limit-mb", "0.01"], clone, env,
+            check=False)
+    assert p.returncode == 1 and "over the limit of 10000 bytes: nothing pushed" in p.stderr
+    after = sorted(p.relative_to(clone).as_posix() for p in (clone / "dvc-remote").rglob("*"))
+    assert after == before
+
+
+@pytest.mark.slow
+def test_repro_keeps_raw_logs(published):
+    """`dvc repro --force trials` with every trial present runs no trial and deletes nothing:
+    results/raw is `persist: true` and trials are never re-run by Snakemake."""
+    clone = clone_and_pull(published, "repro")
+    env = published["env"]
+    (clone / ".venv").symlink_to(ROOT / ".venv")  # dvc.yaml runs .venv/bin/snakemake
+    shutil.copy2(clone / TEST_CONFIG, clone / "config/config.yaml")  # the stage's config
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns)
+              for p in (clone / "results/raw").rglob("*") if p.is_file()}
+    p = run([DVC, "repro", "--force", "trials"], clone, env, timeout=900)
+    jobs = job_counts(p.stdout + p.stderr)
+    assert "trial" not in jobs, p.stdout
+    after = {p: (p.stat().st_ino, p.stat().st_mtime_ns)
+             for p in (clone / "results/raw").rglob("*") if p.is_file()}
+    assert after == before
+    lock = yaml.safe_load((clone / "dvc.lock").read_text())
+    assert lock["stages"]["trials"]["outs"][0]["nfiles"] == 36
+    assert run([str(VENV_BIN / "latency-divide"), "verify"], clone, env).returncode == 0
