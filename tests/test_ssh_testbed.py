@@ -133,8 +133,8 @@ def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
     for role, dev in (("gw", "ld-gs"), ("gw", "ld-gc"), ("dly", "ld-dg"), ("dly", "ld-dc")):
         out = LocalRunner(lab.ns(role)).run(["tc", "-j", "qdisc", "show", "dev", dev]).stdout
         assert all(e["kind"] not in ("htb", "bfifo", "netem") for e in json.loads(out)), out
-    assert not any((lab.dir / "work" / "run").iterdir())
     tag = ssh["meta"]["testbed"]["tag"]
+    assert not (lab.dir / "work" / "run" / tag).exists()
     assert not (SSH_STATE_DIR / f"{tag}.json").exists()
     # no process of the trial is left in the namespaces besides sshd
     for role in ("srv", "gw", "dly", "cli"):
@@ -292,7 +292,7 @@ def test_interface_not_found(lab, provisioned):
 
 
 @pytest.mark.netns
-def test_runner_start_stop_and_clean(lab, provisioned, tmp_path):
+def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
     """start() returns the command's own PID; stop() signals it and fetches the logs; a
     process left by a dead owner is stopped by clean_remote()."""
     from latency_divide import ssh
@@ -318,6 +318,8 @@ def test_runner_start_stop_and_clean(lab, provisioned, tmp_path):
              "rundir": str(lab.dir / "work" / "run" / "t1"),
              "processes": [{"role": "client", "pid": p2.pid, "argv0": "sleep"}],
              "qdisc_devs": {"gw": [], "dly": []}, "offloads": {}, "bridge": False}
+    # a private state directory: a concurrent `latency-divide clean` must not race us
+    monkeypatch.setattr(ssh, "SSH_STATE_DIR", tmp_path / "state")
     sf = ssh.SSH_STATE_DIR / "cafe01.json"
     ssh._write_state(sf, state)
     try:

@@ -16,9 +16,9 @@ every file: missing, corrupted (md5 differs) or not tracked (on disk, not in the
 from __future__ import annotations
 
 import hashlib
-import sys
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -88,6 +88,23 @@ def _tracked(entry, base: PurePosixPath, source: str, where: str) -> TrackedOut:
                       size=entry.get("size"))
 
 
+def _uncached_outs(repo: Path) -> set[str]:
+    """Paths of dvc.yaml's outs with ``cache: false`` (dvc.lock does not say which they are)."""
+    f = repo / "dvc.yaml"
+    try:
+        doc = yaml.safe_load(f.read_text()) if f.is_file() else None
+    except yaml.YAMLError as e:
+        raise DataCheckError(f"{f}: not valid YAML ({e})") from None
+    paths = set()
+    for stage in ((doc or {}).get("stages") or {}).values():
+        for out in (stage or {}).get("outs") or []:
+            if isinstance(out, dict):
+                for path, opts in out.items():
+                    if isinstance(opts, dict) and opts.get("cache") is False:
+                        paths.add(path)
+    return paths
+
+
 def tracked_outs(repo: Path | str) -> list[TrackedOut]:
     """Every cached output recorded in the repository's dvc.lock and ``*.dvc`` files."""
     repo = Path(repo)
@@ -101,10 +118,11 @@ def tracked_outs(repo: Path | str) -> list[TrackedOut]:
         stages = doc.get("stages") if isinstance(doc, dict) else None
         if not isinstance(stages, dict):
             raise DataCheckError(f"{lock}: no 'stages' mapping (dvc.lock schema 2.0 expected)")
+        uncached = _uncached_outs(repo)
         for name, stage in stages.items():
             for e in _out_entries((stage or {}).get("outs"), f"{lock} stage {name}"):
-                if isinstance(e, dict) and "md5" not in e:
-                    continue  # cache: false outs have md5 too; an out never committed has none
+                if isinstance(e, dict) and ("md5" not in e or e.get("path") in uncached):
+                    continue  # never committed, or `cache: false` (no manifest kept anywhere)
                 outs.append(_tracked(e, PurePosixPath("."), f"dvc.lock stage {name}",
                                      f"{lock} stage {name}"))
     for dvcfile in sorted(repo.rglob("*.dvc")):
@@ -454,7 +472,7 @@ def publish(repo: Path | str = ".", remote: str | None = None, path: str = DEFAU
 
     repo = find_repo(repo)
     runner = runner or LocalRunner()
-    dvc = [str(Path(sys.executable).with_name("dvc")), "--cd", str(repo)]
+    dvc = [_dvc_binary(), "--cd", str(repo)]
     rdir = remote_dir(repo, remote)
     if commit:
         stage = next((o.source.split()[-1] for o in tracked_outs(repo)
@@ -479,6 +497,17 @@ def publish(repo: Path | str = ".", remote: str | None = None, path: str = DEFAU
     log(f"published: {rdir} holds {after.remote_bytes_before} bytes "
         f"(limit {limit_bytes}); commit dvc.lock and {rdir.name}/ to git")
     return after
+
+
+def _dvc_binary() -> str:
+    """DVC of this environment (next to the running Python, e.g. .venv/bin/dvc), else PATH's."""
+    import shutil
+
+    here = Path(sys.executable).with_name("dvc")
+    found = str(here) if here.is_file() else shutil.which("dvc")
+    if found is None:
+        raise DataCheckError("dvc not found next to this Python nor on PATH: run scripts/setup.sh")
+    return found
 
 
 def _default_remote_name(repo: Path) -> str:

@@ -357,7 +357,9 @@ def check_sudo(r: FabricRunner) -> None:
 
 
 def missing_programs(r: FabricRunner, programs) -> list[str]:
-    res = r.run(["sh", "-c", _MISSING, "sh", *programs], check=False, sudo=False)
+    """Looked up as they will run: through sudo (whose secure_path has the sbin directories a
+    normal login PATH lacks, where tc, ethtool and sysctl live)."""
+    res = r.run(["sh", "-c", _MISSING, "sh", *programs], check=False)
     return res.stdout.split()
 
 
@@ -368,7 +370,7 @@ def management_dev(r: FabricRunner) -> str | None:
     if len(parts) != 4:
         return None
     local_ip = parts[2]
-    addrs = json.loads(r.run(["ip", "-j", "addr", "show"], sudo=False).stdout or "[]")
+    addrs = json.loads(r.run(["ip", "-j", "addr", "show"]).stdout or "[]")
     for link in addrs:
         for a in link.get("addr_info", []):
             if a.get("local") == local_ip:
@@ -377,7 +379,7 @@ def management_dev(r: FabricRunner) -> str | None:
 
 
 def route_dev(r: FabricRunner, addr: str, step: str) -> str:
-    res = r.run(["ip", "-j", "route", "get", addr], check=False, sudo=False)
+    res = r.run(["ip", "-j", "route", "get", addr], check=False)
     try:
         routes = json.loads(res.stdout) if res.returncode == 0 else []
     except json.JSONDecodeError:
@@ -390,7 +392,7 @@ def route_dev(r: FabricRunner, addr: str, step: str) -> str:
 
 
 def link_exists(r: FabricRunner, dev: str) -> bool:
-    return r.run(["ip", "-j", "link", "show", "dev", dev], check=False, sudo=False).returncode == 0
+    return r.run(["ip", "-j", "link", "show", "dev", dev], check=False).returncode == 0
 
 
 def discover_interfaces(runners: dict, sl: Slice) -> dict:
@@ -429,7 +431,7 @@ def discover_interfaces(runners: dict, sl: Slice) -> dict:
     else:
         # A delay node is a layer-2 hop without data-plane addresses: its two ports are the
         # Ethernet interfaces other than the management one.
-        links = json.loads(dly.run(["ip", "-j", "-d", "link", "show"], sudo=False).stdout or "[]")
+        links = json.loads(dly.run(["ip", "-j", "-d", "link", "show"]).stdout or "[]")
         skip = {"bridge", "dummy", "tun", "vxlan", "ipip", "gre", "wireguard", "bond"}
         ports = [link["ifname"] for link in links
                  if link.get("link_type") == "ether" and link["ifname"] != mgmt
@@ -457,7 +459,7 @@ def netem_available(r: FabricRunner) -> bool:
     res = r.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=False)
     if res.returncode != 0:
         # No veth module: fall back to the module database.
-        return r.run(["modinfo", "sch_netem"], check=False, sudo=False).returncode == 0
+        return r.run(["modinfo", "sch_netem"], check=False).returncode == 0
     try:
         return r.run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"],
                      check=False).returncode == 0
@@ -467,7 +469,7 @@ def netem_available(r: FabricRunner) -> bool:
 
 def read_offloads(r: FabricRunner, dev: str) -> dict[str, str]:
     """{"tx": "on", ...} for the offloads we change; fixed features are left out."""
-    res = r.run(["ethtool", "-k", dev], check=False, sudo=False)
+    res = r.run(["ethtool", "-k", dev], check=False)
     feats = {}
     for line in res.stdout.splitlines():
         name, _, val = line.strip().partition(":")
@@ -584,8 +586,8 @@ class SshTestbed:
                                 f"{qs} missing: provision the node")
         found["qsampler"] = qs
         # forwarding
-        fwd = runners["gw"].run(["sysctl", "-n", "net.ipv4.ip_forward"], check=False,
-                                sudo=False).stdout.strip()
+        fwd = runners["gw"].run(["sysctl", "-n", "net.ipv4.ip_forward"],
+                                check=False).stdout.strip()
         if fwd != "1":
             raise SshSetupError(f"{_node_name(runners['gw'].node)}, step 'check forwarding': "
                                 f"net.ipv4.ip_forward is {fwd or '?'}; provisioning sets it to 1")
@@ -768,7 +770,7 @@ class SshTopology:
         ports are already enslaved to one."""
         masters = set()
         for dev in ports:
-            info = json.loads(r.run(["ip", "-j", "link", "show", "dev", dev], sudo=False).stdout)
+            info = json.loads(r.run(["ip", "-j", "link", "show", "dev", dev]).stdout)
             masters.add(info[0].get("master"))
         if masters != {None}:
             return
