@@ -64,3 +64,33 @@ TARGET_FUNCTIONS = [household_targets, link_targets, table_targets, trial_target
 
 def all_targets():
     return [t for f in TARGET_FUNCTIONS for t in f()]
+
+
+# SSH testbed provisioning (rules/provision.smk): nodes are made ready before any trial.
+from latency_divide.inventory import ROLES as INVENTORY_ROLES, load_inventory
+
+SSH_INVENTORY = load_inventory(CFG.testbed.inventory) if CFG.testbed.kind == "ssh" else None
+
+
+def provision_targets():
+    if SSH_INVENTORY is None:
+        return []
+    return expand("results/provision/{slice}/{role}.json",
+                  slice=SSH_INVENTORY.slice_names(), role=list(INVENTORY_ROLES))
+
+
+def provision_files(wildcards):
+    """What a node gets uploaded: a change re-provisions it."""
+    return {"server": {"tool": "target/release/tquic-perf"},
+            "client": {"tool": "target/release/tquic-perf"},
+            "gateway": {"qsampler": "src/latency_divide/qsampler.py"},
+            "delay": {"delayline": "target/release/delayline"}}[wildcards.role]
+
+
+def trial_provision_inputs(wildcards):
+    """Inputs of the trial rule: every node provisioned first (nothing for a local testbed)."""
+    return provision_targets()
+
+
+# The `all` target provisions too, before the trials (which list trial_provision_inputs).
+TARGET_FUNCTIONS.insert(0, provision_targets)

@@ -17,6 +17,7 @@ rule trial:
     input:
         record=ancient("results/households/{household}.json"),
         plan=ancient("results/links/{household}.json"),
+        provisioned=ancient(trial_provision_inputs),
     output:
         meta="results/raw/{household}/{direction}/{variant}/rep{rep}/meta.json",
     log:

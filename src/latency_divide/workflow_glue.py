@@ -75,7 +75,7 @@ def run_trial_job(smk) -> None:
     from .households import Household
     from .progress import progress
     from .provenance import config_hash
-    from .trial import (nominal_trial_s, run_trial_with_retries, spec_from_config,
+    from .trial import (live_topologies, nominal_trial_s, run_trial_with_retries, spec_from_config,
                         trial_ids, trial_meta_path)
 
     # Snakemake stops jobs with SIGTERM: turn it into an exception so `finally` blocks tear
@@ -95,7 +95,9 @@ def run_trial_job(smk) -> None:
     spec = spec_from_config(cfg, household, w.direction, w.variant, int(w.rep),
                             config_hash=config_hash(dict(smk.config)))
     expected = [trial_meta_path(raw_root, *t) for t in trial_ids(cfg)]
-    say(progress(expected, RUN_START, nominal_trial_s(cfg)).line(spec.trial_id))
+    # before the first trial of the run ends, trials running now stand in for the parallelism
+    say(progress(expected, RUN_START, nominal_trial_s(cfg),
+                 parallel=live_topologies() + 1).line(spec.trial_id))
     try:
         if cfg.testbed.kind == "ssh":
             d = _run_on_a_slice(cfg, spec, raw_root, say)
