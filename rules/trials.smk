@@ -19,7 +19,9 @@ rule trial:
         plan=ancient("results/links/{household}.json"),
         provisioned=ancient(trial_provision_inputs),
     output:
-        meta="results/raw/{household}/{direction}/{variant}/rep{rep}/meta.json",
+        # protected: Snakemake makes it read-only and refuses to delete it for a re-run, so a
+        # measurement is never thrown away by a changed rerun trigger
+        meta=protected("results/raw/{household}/{direction}/{variant}/rep{rep}/meta.json"),
     log:
         "logs/trial/{household}/{direction}/{variant}/rep{rep}.log",
     conda:

@@ -8,6 +8,7 @@ import pytest
 
 from latency_divide import PREFIX, topology
 from latency_divide.clean import clean
+from latency_divide.errors import LatencyDivideError
 from latency_divide.households import get_household
 from latency_divide.linkplan import make_linkplan
 from latency_divide.parsers.ping import parse_ping
@@ -86,7 +87,7 @@ def test_idle_rtt_matches_household_within_1ms(household):
 def test_teardown_removes_everything_even_after_a_failure():
     plan = make_linkplan(get_household(11406), 2.0, mechanism="delayline")
     topo = topology.Topology(plan, delayline_bin="/nonexistent/delayline")
-    with pytest.raises(Exception):
+    with pytest.raises(LatencyDivideError, match="delay line exited at start"):
         with topo:
             pass
     assert our_namespaces(topo.tag) == []
@@ -129,3 +130,17 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     finally:
         live.down()
     assert our_namespaces(live.tag) == []
+
+
+def test_trial_refuses_a_stale_link_plan():
+    from latency_divide.config import Variant
+    from latency_divide.errors import TrialError
+    from latency_divide.trial import TrialSpec, check_linkplan
+
+    spec = TrialSpec(household=get_household(11406), direction="uplink",
+                     variant=Variant(name="cubic", cc="cubic"))
+    plan = make_linkplan(get_household(11406), 2.0, mechanism="delayline").to_dict()
+    check_linkplan(spec, plan)  # same numbers, other mechanism: fine
+    plan["downlink"]["queue_bytes"] += 1
+    with pytest.raises(TrialError, match="downlink.queue_bytes = 58786"):
+        check_linkplan(spec, plan)

@@ -21,6 +21,7 @@ from latency_divide.parsers.queue import parse_queue
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.rawio import read_text
 from latency_divide.runners import pid_alive
+from latency_divide.errors import TrialError
 from latency_divide.trial import TrialSpec, repo_root, run_trial
 
 from netns_util import needs_root
@@ -100,7 +101,7 @@ def test_failed_trial_leaves_no_directory(tmp_path):
     bad = TrialSpec(**{**spec.__dict__, "tool": ToolSettings(
         name="tquic-perf", path=str(ROOT / "target" / "release" / "delayline"),
         window_bytes=65536)})  # a binary that is not a traffic tool: the sender never listens
-    with pytest.raises(Exception):
+    with pytest.raises(TrialError, match="sender"):
         run_trial(bad, tmp_path)
     leftovers = [p for p in tmp_path.rglob("*") if p.is_dir() and p.name.startswith(("rep", ".ld"))]
     assert leftovers == []

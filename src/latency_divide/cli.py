@@ -110,11 +110,10 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
 
 
 def _trial(args) -> int:
-    import signal
-
     from .config import ToolSettings, Variant
     from .errors import ConfigError
     from .households import get_household
+    from .runners import interrupt_on_sigterm
     from .trial import TrialSpec, run_trial_with_retries
 
     if args.cc == "copa":
@@ -133,10 +132,7 @@ def _trial(args) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
-    def _interrupt(signum, frame):  # run `finally` blocks (teardown) on SIGTERM too
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_on_sigterm()  # run `finally` blocks (teardown) on SIGTERM too
     from .trial import make_testbed
 
     testbed = make_testbed("ssh" if args.inventory else "local", args.inventory, args.slice)

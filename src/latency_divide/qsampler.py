@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     with f:
         try:
             sample_once(a.dev)
-        except (subprocess.CalledProcessError, json.JSONDecodeError) as e:
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, json.JSONDecodeError,
+                FileNotFoundError) as e:
             print(f"qsampler: cannot read qdiscs of {a.dev}: {e}", file=sys.stderr)
             return 2
         print(f"qsampler ready dev={a.dev} interval={a.interval}", file=sys.stderr, flush=True)

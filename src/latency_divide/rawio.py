@@ -27,20 +27,15 @@ def find(trial_dir: Path | str, name: str) -> Path | None:
 
 def read_text(trial_dir: Path | str, name: str) -> str:
     """Text of ``name`` (plain or gzip); FileNotFoundError naming the path if neither exists.
-    A gzip file cut short (EOFError) reads as what it holds, like a truncated plain log."""
+    Logs are compressed only once a trial is complete, so a gzip file cut short is corruption:
+    its EOFError propagates."""
     p = find(trial_dir, name)
     if p is None:
         raise FileNotFoundError(f"{Path(trial_dir) / name} (or .gz) is missing")
     if p.suffix != ".gz":
         return p.read_text(errors="replace")
-    chunks = []
     with gzip.open(p, "rt", errors="replace") as f:
-        try:
-            for chunk in iter(lambda: f.read(1 << 20), ""):
-                chunks.append(chunk)
-        except EOFError:
-            pass
-    return "".join(chunks)
+        return f.read()
 
 
 def compress_logs(trial_dir: Path | str, names=COMPRESSED_LOGS) -> None:

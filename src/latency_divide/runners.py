@@ -182,3 +182,13 @@ def pid_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
+
+
+def interrupt_on_sigterm() -> None:
+    """Turn SIGTERM (how Snakemake and `kill` stop a job) into KeyboardInterrupt, so that
+    ``finally`` blocks run: topologies are torn down, temporary trial directories removed."""
+
+    def _raise(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise)

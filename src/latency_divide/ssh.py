@@ -24,7 +24,6 @@ timed out, connection dropped) is, by the trial runner's retry loop.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -43,6 +42,7 @@ from invoke.exceptions import CommandTimedOut
 
 from .errors import CommandError, ConfigError, EnvironmentError_, LatencyDivideError
 from .inventory import ROLE_NAMES, ROLES, Inventory, Node, Slice, load_inventory
+from .provenance import sha256_file
 from .runners import Completed, _argv, pid_alive
 from .topology import OFFLOAD_ARGS, STATE_DIR, new_tag
 
@@ -336,14 +336,6 @@ class FabricProcess:
 def remote_tool_path(workdir: str, name: str, sha256: str, suffix: str = "") -> str:
     """Uploaded files are content-addressed: a rebuilt tool never runs from a stale copy."""
     return f"{workdir}/bin/{name}-{sha256[:16]}{suffix}"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_sudo(r: FabricRunner) -> None:
@@ -744,7 +736,14 @@ class SshTopology:
                 for dev in names:
                     self._offloads[role][dev] = read_offloads(r, dev)
                     _write_state(self.state_file, self._state)
+                    # ethtool -K fails for features a NIC has fixed; what matters is the
+                    # result: every changeable offload we switch off must now be off.
                     r.run(["ethtool", "-K", dev, *OFFLOAD_ARGS], check=False)
+                    still_on = sorted(k for k, v in read_offloads(r, dev).items() if v == "on")
+                    if still_on:
+                        raise LatencyDivideError(
+                            f"offloads {', '.join(still_on)} of {dev} are still on after "
+                            f"ethtool -K {dev} {' '.join(OFFLOAD_ARGS)}")
         with self._step("gw", "apply shaper (htb+bfifo)") as r:
             for direction in ("uplink", "downlink"):
                 dev = ifs["gw"][direction]
@@ -886,34 +885,36 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str]]:
             base = Path(st["inventory"]).parent if st.get("inventory") else None
             inv = load_inventory(st["inventory_raw"], base=base)
             tb = SshTestbed(inv, st["slice"])
-            errs = []
-            for p in st.get("processes", []):
-                role = ROLES[p["role"]]
-                r = tb.runner(role)
-                cmd = r.run(["cat", f"/proc/{p['pid']}/cmdline"], check=False, sudo=False).stdout
-                if cmd.split("\0")[0] == p["argv0"]:
-                    r.run(["kill", "-KILL", str(p["pid"])], check=False)
-                    done.append(f"{r.where}: killed pid {p['pid']} ({p['argv0']})")
-            for role, devs in st.get("qdisc_devs", {}).items():
-                for dev in devs:
-                    res = tb.runner(role).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
-                    if res.returncode == 0:
-                        done.append(f"{tb.slice.node(role).host}: deleted root qdisc of {dev}")
-            if st.get("bridge"):
-                tb.runner("dly").run(["ip", "link", "del", BRIDGE], check=False)
-            for role, devs in st.get("offloads", {}).items():
-                for dev, feats in devs.items():
-                    if feats:
-                        tb.runner(role).run(["ethtool", "-K", dev,
-                                             *[w for k, v in feats.items() for w in (k, v)]],
-                                            check=False)
-            for role in ("srv", "gw", "dly", "cli"):
-                res = tb.runner(role).run(["rm", "-rf", "--", f"{st['rundir']}/{role}"],
-                                          check=False)
-                if res.returncode != 0:
-                    errs.append(f"{role}: {res.stderr.strip()}")
-            tb.runner("srv").run(["rmdir", "--", st["rundir"]], check=False)
-            tb.close()
+            try:
+                errs = []
+                for p in st.get("processes", []):
+                    role = ROLES[p["role"]]
+                    r = tb.runner(role)
+                    cmd = r.run(["cat", f"/proc/{p['pid']}/cmdline"], check=False, sudo=False).stdout
+                    if cmd.split("\0")[0] == p["argv0"]:
+                        r.run(["kill", "-KILL", str(p["pid"])], check=False)
+                        done.append(f"{r.where}: killed pid {p['pid']} ({p['argv0']})")
+                for role, devs in st.get("qdisc_devs", {}).items():
+                    for dev in devs:
+                        res = tb.runner(role).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+                        if res.returncode == 0:
+                            done.append(f"{tb.slice.node(role).host}: deleted root qdisc of {dev}")
+                if st.get("bridge"):
+                    tb.runner("dly").run(["ip", "link", "del", BRIDGE], check=False)
+                for role, devs in st.get("offloads", {}).items():
+                    for dev, feats in devs.items():
+                        if feats:
+                            tb.runner(role).run(["ethtool", "-K", dev,
+                                                 *[w for k, v in feats.items() for w in (k, v)]],
+                                                check=False)
+                for role in ("srv", "gw", "dly", "cli"):
+                    res = tb.runner(role).run(["rm", "-rf", "--", f"{st['rundir']}/{role}"],
+                                              check=False)
+                    if res.returncode != 0:
+                        errs.append(f"{role}: {res.stderr.strip()}")
+                tb.runner("srv").run(["rmdir", "--", st["rundir"]], check=False)
+            finally:
+                tb.close()
             if errs:
                 errors += errs
             else:

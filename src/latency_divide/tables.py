@@ -186,8 +186,8 @@ def _read(path: Path, name: str) -> str:
         raise TrialInvalid(path, f"missing file {name} (or {name}.gz)")
     try:
         return rawio.read_text(path, name)
-    except (OSError, UnicodeDecodeError) as e:
-        raise TrialInvalid(path, f"cannot read {name}: {e}") from None
+    except (OSError, UnicodeDecodeError, EOFError) as e:  # EOFError: a gzip log cut short
+        raise TrialInvalid(path, f"cannot read {name}: {e or 'compressed file cut short'}") from None
 
 
 def _intervals_frame(intervals) -> pd.DataFrame:
@@ -238,7 +238,9 @@ def load_trial(path: Path | str) -> Trial:
     delta = variant.get("delta") if isinstance(variant, dict) else None
     keys = {
         "household_id": int(_meta_get(path, meta, "household", "unit_id")),
-        "price_bucket": str(hh.get("price_bucket")),
+        # null for a household outside every configured bucket (a one-off `latency-divide
+        # trial`): kept in trials.parquet, left out of the per-bucket summaries and figures
+        "price_bucket": None if hh.get("price_bucket") is None else str(hh["price_bucket"]),
         "direction": str(_meta_get(path, meta, "direction")),
         "variant": str(_meta_get(path, meta, "variant", "name")),
         "cc": str(_meta_get(path, meta, "variant", "cc")),

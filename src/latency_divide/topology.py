@@ -325,12 +325,23 @@ class Topology:
     def __enter__(self) -> "Topology":
         try:
             return self.up()
-        except BaseException:
-            self.down()
+        except BaseException as e:
+            self._down_keeping(e)
             raise
 
-    def __exit__(self, *exc) -> None:
-        self.down()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.down()
+        else:
+            self._down_keeping(exc)
+
+    def _down_keeping(self, original: BaseException) -> None:
+        """Tear down after a failure: a teardown error is attached to the original error
+        (which says what went wrong) instead of replacing it."""
+        try:
+            self.down()
+        except Exception as e:
+            original.add_note(f"and then {e}")
 
 
 def existing_namespaces() -> list[str]:

@@ -249,10 +249,8 @@ def _wait_udp_listen(runner: LocalRunner, port: int, proc, timeout: float = 10.0
 
 
 def _complete(text: str) -> bool:
-    try:
-        from .parsers.tool import parse_tool_log
-    except ImportError:  # parser not installed yet: fall back to the summary line
-        return "Overall throughput:" in text
+    from .parsers.tool import parse_tool_log
+
     return parse_tool_log(text).complete
 
 
@@ -367,9 +365,19 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
                              f"(duration {spec.duration_s} s + 20 s)") from None
         timing["transfer_ended_unix"] = time.time()
         time.sleep(spec.tail_s)
+        # The monitors must have run for the whole transfer: one that died early makes the
+        # trial incomplete (retried), never a directory that looks complete.
+        died = [name for name, proc in (("ping", ping), ("queue sampler", qs), ("sender", snd))
+                if proc.poll() is not None]
         for proc in (ping, qs, snd):
             proc.stop(timeout=3)
         delayline_rc = topo.stop_delayline()
+        if died:
+            raise TrialError(f"trial {spec.trial_id}: {', '.join(died)} exited before the end of "
+                             "the transfer (see its log)")
+        if delayline_rc not in (None, 0):
+            raise TrialError(f"trial {spec.trial_id}: the delay line exited with code "
+                             f"{delayline_rc} (see delayline.log)")
         qdisc_after = topo.qdisc_dump()
         described = topo.describe()
         concurrency_end = live_topologies()
@@ -382,6 +390,10 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         tail = " | ".join(text.strip().splitlines()[-3:])
         raise TrialError(f"trial {spec.trial_id}: the receiver exited with code {rc} without a "
                          f"complete summary: {tail}")
+    for name in ("ping.log", "queue.jsonl"):
+        f = d / name
+        if not f.exists() or f.stat().st_size == 0:
+            raise TrialError(f"trial {spec.trial_id}: {name} is empty")
     p = d / "ping.err"
     if p.exists() and p.stat().st_size == 0:
         p.unlink()
@@ -446,6 +458,23 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
 # --------------------------------------------------------------------------------------------
 # from the workflow's config
 # --------------------------------------------------------------------------------------------
+
+def check_linkplan(spec: TrialSpec, planned: dict) -> None:
+    """The link stage's plan (results/links/{id}.json) and the one the trial will apply must
+    agree on every number (the delay mechanism is resolved again at trial time): a mismatch
+    means the plan on disk is stale (other data or qfactor), and the trial refuses to run."""
+    from .linkplan import make_linkplan
+
+    now = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism="netem").to_dict()
+    keys = [("uplink", "rate_kbit"), ("uplink", "queue_bytes"), ("downlink", "rate_kbit"),
+            ("downlink", "queue_bytes"), ("delay", "one_way_ms")]
+    for part, key in keys:
+        a, b = planned.get(part, {}).get(key), now[part][key]
+        if a != b:
+            raise TrialError(f"trial {spec.trial_id}: the link plan on disk says {part}.{key} = "
+                             f"{a}, the household and qfactor give {b}: rebuild the link plans "
+                             f"(snakemake --forcerun linkplan)")
+
 
 def trial_ids(cfg) -> list[tuple[int, str, str, int]]:
     """Every (household, direction, variant, repetition) of a run, in sweep order."""

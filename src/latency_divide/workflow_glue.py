@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import signal
 import sys
 import time
 from pathlib import Path
+
+from .runners import interrupt_on_sigterm
 
 RUN_START = Path("logs/run-start.json")
 #: One lock file per slice of an SSH inventory: never two trials on one slice at a time.
@@ -65,23 +66,23 @@ def _run_on_a_slice(cfg, spec, raw_root: Path, say) -> Path:
             tb.close()
 
 
-def _raise_interrupt(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run_trial_job(smk) -> None:
     """The trial rule: household record + config -> one complete trial directory."""
+
+    # Snakemake stops jobs with SIGTERM: turn it into an exception so `finally` blocks tear
+    # the topology down and remove the temporary trial directory.
+    interrupt_on_sigterm()
+    with open(smk.log[0], "a", buffering=1) as log:
+        _trial_job(smk, log)
+
+
+def _trial_job(smk, log) -> None:
     from .config import load_config
     from .households import Household
     from .progress import progress
     from .provenance import config_hash
-    from .trial import (live_topologies, nominal_trial_s, run_trial_with_retries, spec_from_config,
-                        trial_ids, trial_meta_path)
-
-    # Snakemake stops jobs with SIGTERM: turn it into an exception so `finally` blocks tear
-    # the topology down and remove the temporary trial directory.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    log = open(smk.log[0], "a", buffering=1)
+    from .trial import (check_linkplan, live_topologies, nominal_trial_s, run_trial_with_retries,
+                        spec_from_config, trial_ids, trial_meta_path)
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -94,6 +95,7 @@ def run_trial_job(smk) -> None:
     raw_root = meta.parents[4]
     spec = spec_from_config(cfg, household, w.direction, w.variant, int(w.rep),
                             config_hash=config_hash(dict(smk.config)))
+    check_linkplan(spec, json.loads(Path(smk.input.plan).read_text()))
     expected = [trial_meta_path(raw_root, *t) for t in trial_ids(cfg)]
     # before the first trial of the run ends, trials running now stand in for the parallelism
     say(progress(expected, RUN_START, nominal_trial_s(cfg),

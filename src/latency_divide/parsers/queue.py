@@ -64,8 +64,9 @@ def _parse_lines(lines: list[str]):
 def parse_queue(text: str, kind: str = "bfifo") -> pd.DataFrame:
     """Rows (t_unix, backlog_bytes, backlog_pkts, drops_total, drops) from queue.jsonl text.
 
-    A sample in which the FIFO is missing (e.g. taken while the qdisc was being replaced) is
-    skipped; the next sample's drops then cover both intervals.
+    A sample in which the FIFO is missing (e.g. taken while the qdisc was being replaced), or
+    whose ``tc`` call failed (the sampler writes ``"qdisc": null``), is skipped; the next
+    sample's drops then cover both intervals.
     """
     lines = text.split("\n")
     if lines and lines[-1].strip():
@@ -83,8 +84,12 @@ def parse_queue(text: str, kind: str = "bfifo") -> pd.DataFrame:
         numbered = list(_parse_lines(lines))  # slow path: names the bad line
     ts, backlog, qlen, drops = [], [], [], []
     for i, rec in numbered:
-        if not isinstance(rec, dict) or "t_unix" not in rec or not isinstance(rec.get("qdisc"), list):
-            raise QueueParseError(f"line {i}: expected an object with 't_unix' and a 'qdisc' list")
+        if not isinstance(rec, dict) or "t_unix" not in rec or "qdisc" not in rec:
+            raise QueueParseError(f"line {i}: expected an object with 't_unix' and 'qdisc'")
+        if rec["qdisc"] is None:
+            continue  # the sampler's tc call failed for this tick (logged in qsampler.log)
+        if not isinstance(rec["qdisc"], list):
+            raise QueueParseError(f"line {i}: 'qdisc' is neither a list nor null")
         q = _fifo(rec["qdisc"], kind, i)
         if q is None:
             continue
