@@ -367,8 +367,11 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         time.sleep(spec.tail_s)
         # The monitors must have run for the whole transfer: one that died early makes the
         # trial incomplete (retried), never a directory that looks complete.
-        died = [name for name, proc in (("ping", ping), ("queue sampler", qs), ("sender", snd))
+        died = [name for name, proc in (("ping", ping), ("queue sampler", qs))
                 if proc.poll() is not None]
+        # tquic-perf's sender runs with -once: it may have exited, but only successfully
+        if snd.poll() not in (None, 0):
+            died.append(f"the sender (exit code {snd.poll()})")
         for proc in (ping, qs, snd):
             proc.stop(timeout=3)
         delayline_rc = topo.stop_delayline()
