@@ -256,3 +256,30 @@ def test_repro_keeps_raw_logs(published):
     lock = yaml.safe_load((clone / "dvc.lock").read_text())
     assert lock["stages"]["trials"]["outs"][0]["nfiles"] == NFILES
     assert run([str(VENV_BIN / "latency-divide"), "verify"], clone, env).returncode == 0
+
+
+@pytest.mark.slow
+def test_the_published_reference_dataset_reanalyses_from_a_fresh_clone(tmp_path):
+    """The repository's own published data (dvc-remote/, pinned by dvc.lock): a fresh clone,
+    `dvc pull`, `latency-divide verify`, then the paper's figure from the pulled trials with no
+    trial run, and `trace` names the households."""
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())
+    outs = [o for o in lock["stages"]["trials"]["outs"] if o["path"] == "results/raw"]
+    assert outs and outs[0]["nfiles"] > 0, "dvc.lock pins no published raw data"
+    env = _env(tmp_path)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "--quiet", str(ROOT), str(clone)], tmp_path, env)
+    run([DVC, "pull", "--quiet"], clone, env, timeout=900)
+    v = run([str(VENV_BIN / "latency-divide"), "verify"], clone, env)
+    assert "OK" in v.stdout, v.stdout
+    p = run([str(VENV_BIN / "snakemake"), "--cores", "2", FIGURE], clone, env, timeout=1200)
+    jobs = job_counts(p.stdout + p.stderr)
+    assert "trial" not in jobs, jobs
+    assert (clone / FIGURE).stat().st_size > 0
+    ids = [h for b in yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+           ["households"]["buckets"] for h in b["ids"]]
+    assert {int(m.parts[-5]) for m in (clone / "results" / "raw").rglob("meta.json")} == set(ids)
+    t = run([str(VENV_BIN / "latency-divide"), "trace", FIGURE], clone, env)
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    for bucket in cfg["households"]["buckets"]:
+        assert str(bucket["ids"][0]) in t.stdout

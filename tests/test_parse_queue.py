@@ -77,3 +77,20 @@ def test_missing_fifo_sample_is_skipped(text):
 def test_other_kind_selectable(text):
     df = parse_queue(text, kind="htb")
     assert df["drops_total"].iloc[1] == raw_fifo(text)[1][3]  # htb root counts the child's drops
+
+
+def test_a_failed_tc_sample_is_skipped_not_fatal():
+    """The sampler writes "qdisc": null when one tc call fails (e.g. times out under load):
+    that tick is skipped, and the next sample's drops cover both intervals."""
+    fifo = lambda drops, backlog: {"kind": "bfifo", "handle": "10:", "parent": "1:3",  # noqa: E731
+                                   "drops": drops, "backlog": backlog, "qlen": 1}
+    lines = [
+        {"t_unix": 1.0, "dev": "ld-gc", "qdisc": [fifo(0, 100)]},
+        {"t_unix": 1.1, "dev": "ld-gc", "qdisc": None},
+        {"t_unix": 1.2, "dev": "ld-gc", "qdisc": [fifo(3, 200)]},
+    ]
+    df = parse_queue("".join(json.dumps(x) + "\n" for x in lines))
+    assert df["t_unix"].tolist() == [1.0, 1.2]
+    assert df["drops"].tolist() == [0, 3]
+    with pytest.raises(QueueParseError, match="line 1"):
+        parse_queue(json.dumps({"t_unix": 1.0, "dev": "x", "qdisc": "oops"}) + "\n")
