@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from latency_divide import topology
-from latency_divide.linkplan import BYTES_PER_KBIT, DelayPlan, LinkPlan, ShaperPlan
+from latency_divide.linkplan import LinkPlan, link_plan
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
 from latency_divide.runners import wait_for
@@ -47,14 +47,8 @@ VARIANTS = (("cubic", None), ("copa", 0.2), ("copa", 0.5), ("copa", 0.8))
 
 
 def shaped_plan(rate_kbit: int, rtt_ms: float, qfactor: float) -> LinkPlan:
-    q_kbit = qfactor * rtt_ms * rate_kbit / 1000
-    mech = topology.resolve_delay_mechanism("auto")
-
-    def shaper(direction: str) -> ShaperPlan:
-        return ShaperPlan(direction, rate_kbit, q_kbit, int(q_kbit * BYTES_PER_KBIT))
-
-    return LinkPlan(household_id=0, qfactor=qfactor, rtt_ms=rtt_ms, uplink=shaper("uplink"),
-                    downlink=shaper("downlink"), delay=DelayPlan(rtt_ms / 2, mech))
+    """Both directions at rate_kbit with a qfactor x BDP bfifo (EXPERIMENT.md's formulas)."""
+    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, topology.resolve_delay_mechanism("auto"))
 
 
 def run_variant(topo, cc: str, delta: float | None, duration_s: float, skip_s: float,

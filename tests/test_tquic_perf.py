@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from latency_divide import topology
-from latency_divide.linkplan import BYTES_PER_KBIT, DelayPlan, LinkPlan, ShaperPlan
+from latency_divide.linkplan import LinkPlan, link_plan
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.runners import LocalRunner, wait_for
 from latency_divide.trial import repo_root
@@ -43,14 +43,7 @@ def tool() -> str:
 
 def shaped_plan(rate_kbit: int, rtt_ms: float, qfactor: float = QFACTOR) -> LinkPlan:
     """Both directions at rate_kbit with a qfactor x BDP bfifo (EXPERIMENT.md's formulas)."""
-    q_kbit = qfactor * rtt_ms * rate_kbit / 1000
-    mechanism = topology.resolve_delay_mechanism("auto")
-
-    def shaper(direction: str) -> ShaperPlan:
-        return ShaperPlan(direction, rate_kbit, q_kbit, int(q_kbit * BYTES_PER_KBIT))
-
-    return LinkPlan(household_id=0, qfactor=qfactor, rtt_ms=rtt_ms, uplink=shaper("uplink"),
-                    downlink=shaper("downlink"), delay=DelayPlan(rtt_ms / 2, mechanism))
+    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, topology.resolve_delay_mechanism("auto"))
 
 
 @pytest.fixture(scope="module")

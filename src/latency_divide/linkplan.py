@@ -286,16 +286,24 @@ class LinkPlan:
 
 def make_linkplan(household: "Household", qfactor: float = 2.0, mechanism: str = "netem") -> LinkPlan:
     """The paper's link configuration for a household."""
+    return link_plan(household.upload_kbps, household.download_kbps, household.rtt_ms, qfactor,
+                     mechanism, household_id=household.unit_id)
+
+
+def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: float = 2.0,
+              mechanism: str = "netem", household_id: int = 0) -> LinkPlan:
+    """The paper's link configuration for any rates and RTT (``household_id`` 0 for a link
+    that is not a household's, e.g. in benchmarks)."""
     if isinstance(qfactor, bool) or not isinstance(qfactor, (int, float)) or not qfactor > 0 or not math.isfinite(qfactor):
         raise ConfigError(f"qfactor {qfactor!r} must be a number > 0")
-    rtt_ms = float(household.rtt_ms)
+    rtt_ms = float(rtt_ms)
     if not rtt_ms > 0 or not math.isfinite(rtt_ms):
-        raise ConfigError(f"household {household.unit_id}: RTT {rtt_ms!r} ms must be > 0")
+        raise ConfigError(f"household {household_id}: RTT {rtt_ms!r} ms must be > 0")
 
     def shaper(direction: str, rate_kbit: int) -> ShaperPlan:
         if isinstance(rate_kbit, bool) or not isinstance(rate_kbit, int) or rate_kbit <= 0:
             raise ConfigError(
-                f"household {household.unit_id}: {direction} rate {rate_kbit!r} kbit/s must be an integer > 0"
+                f"household {household_id}: {direction} rate {rate_kbit!r} kbit/s must be an integer > 0"
             )
         queue_kbit = qfactor * rtt_ms * rate_kbit / 1000
         # bytes = q * 125 = qfactor * rtt_ms * rate_kbit / 8; the tiny epsilon keeps an exact
@@ -304,14 +312,13 @@ def make_linkplan(household: "Household", qfactor: float = 2.0, mechanism: str =
         return ShaperPlan(direction, rate_kbit, queue_kbit, queue_bytes)
 
     return LinkPlan(
-        household_id=int(household.unit_id),
+        household_id=int(household_id),
         qfactor=float(qfactor),
         rtt_ms=rtt_ms,
-        uplink=shaper("uplink", household.upload_kbps),
-        downlink=shaper("downlink", household.download_kbps),
+        uplink=shaper("uplink", upload_kbit),
+        downlink=shaper("downlink", download_kbit),
         delay=DelayPlan(one_way_ms=rtt_ms / 2, mechanism=mechanism),
     )
-
 
 
 def write_linkplan(record: str | Path, out: str | Path, qfactor: float, mechanism: str) -> LinkPlan:
