@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-
 from .errors import ConfigError
 
 #: The paper's published sample (EXPERIMENT.md), 38 households.

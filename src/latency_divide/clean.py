@@ -9,8 +9,8 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import topology
 from .runners import pid_alive

@@ -231,7 +231,9 @@ def _trace(args) -> int:
 
     res = verify(args.figure, root=args.root)
     print(format_trace(res, files=args.files))
-    from .datacheck import format_dvc_trace  # the DVC-tracked file of each trial (dvc.lock)
+    from .datacheck import (
+        format_dvc_trace,  # the DVC-tracked file of each trial (dvc.lock)
+    )
 
     for line in format_dvc_trace(res.record, root=args.root, files=args.files):
         print(line)

@@ -18,7 +18,6 @@ Functions taking frames return a ``ggplot`` and never read files, so they are te
 from __future__ import annotations
 
 import math
-import os
 import re
 import warnings
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import LatencyDivideError
+from .fsio import atomic_path
 
 FIGURES = ("delay_tput", "self_delay", "timeseries", "divide")
 WIDTH_IN = 7.5
@@ -72,8 +72,15 @@ def _theme():
 
 
 def delay_tput_plot(summary: pd.DataFrame, variants: Sequence[str] | None = None):
-    from plotnine import (aes, facet_wrap, geom_errorbar, geom_errorbarh, geom_point, ggplot,
-                          labs)
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_errorbar,
+        geom_errorbarh,
+        geom_point,
+        ggplot,
+        labs,
+    )
 
     if summary.empty:
         raise FigureError("delay_tput: the summary table is empty")
@@ -102,7 +109,15 @@ def delay_tput_plot(summary: pd.DataFrame, variants: Sequence[str] | None = None
 
 
 def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
-    from plotnine import aes, facet_grid, geom_boxplot, ggplot, labs, theme, element_text
+    from plotnine import (
+        aes,
+        element_text,
+        facet_grid,
+        geom_boxplot,
+        ggplot,
+        labs,
+        theme,
+    )
 
     d = ping_ts[ping_ts["during_transfer"] & ping_ts["self_delay_ms"].notna()]
     if d.empty:
@@ -227,8 +242,16 @@ def divide_table(trials: pd.DataFrame, baseline: str = "cubic") -> pd.DataFrame:
 
 
 def divide_plot(trials: pd.DataFrame, baseline: str = "cubic"):
-    from plotnine import (aes, facet_wrap, geom_col, geom_errorbar, geom_hline, ggplot, labs,
-                          position_dodge)
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_col,
+        geom_errorbar,
+        geom_hline,
+        ggplot,
+        labs,
+        position_dodge,
+    )
 
     d = divide_table(trials, baseline)
     if d.empty:
@@ -262,16 +285,9 @@ def save(plot, pdf: Path | str, png: Path | str | None = None, width: float = WI
         if path is None:
             continue
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.ld-tmp-{os.getpid()}{path.suffix}")
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", module="plotnine")
-                plot.save(tmp, width=width, height=height, dpi=dpi, verbose=False)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        with atomic_path(path) as tmp, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="plotnine")
+            plot.save(tmp, width=width, height=height, dpi=dpi, verbose=False)
         written.append(path)
     return written
 

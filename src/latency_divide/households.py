@@ -19,12 +19,12 @@ import csv
 import functools
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .errors import HouseholdError
+from .fsio import atomic_path, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -278,18 +278,6 @@ def households_frame(records: Iterable[Household]) -> "pd.DataFrame":
 # Files (workflow stage 1): temp file then rename, so a partial file never looks complete.
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.ld-tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_record(
     household_id, out: str | Path, buckets: Sequence["Bucket"] | None = None, data: str | Path | None = None
 ) -> Household:
@@ -325,13 +313,6 @@ def write_table(records: Sequence[Household], out: str | Path) -> "pd.DataFrame"
         b"latency_divide.format_version": str(FORMAT_VERSION).encode(),
     }
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.ld-tmp-{os.getpid()}")
-    try:
+    with atomic_path(out) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return df

@@ -323,7 +323,8 @@ def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: floa
 
 def write_linkplan(record: str | Path, out: str | Path, qfactor: float, mechanism: str) -> LinkPlan:
     """results/links/{id}.json from results/households/{id}.json."""
-    from .households import read_record, write_text_atomic
+    from .fsio import write_text_atomic
+    from .households import read_record
 
     plan = make_linkplan(read_record(record), qfactor=qfactor, mechanism=mechanism)
     write_text_atomic(out, json.dumps(plan.to_dict(), indent=2) + "\n")

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fsio import write_json_atomic
+
 
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None:
@@ -23,10 +25,7 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def mark_run_start(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"started_unix": time.time()}))
-    tmp.replace(path)
+    write_json_atomic(path, {"started_unix": time.time()})
 
 
 def run_start(path: Path) -> float | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from typing import Iterable
 import pandas as pd
 
 from .errors import LatencyDivideError
+from .fsio import write_json_atomic
 
 SIDECAR_FORMAT_VERSION = 1
 SIDECAR_SUFFIX = ".provenance.json"
@@ -106,10 +106,7 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
 
 
 def write_sidecar(record: dict, path: Path | str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.ld-tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, record, sort_keys=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
 from .errors import CommandError, ConfigError, EnvironmentError_, LatencyDivideError
+from .fsio import write_json_atomic
 from .inventory import ROLE_NAMES, ROLES, Inventory, Node, Slice, load_inventory
 from .provenance import sha256_file
 from .runners import Completed, _argv, pid_alive
@@ -479,10 +480,7 @@ def read_offloads(r: FabricRunner, dev: str) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 
 def _write_state(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(state, indent=1))
-    tmp.replace(path)
+    write_json_atomic(path, state, indent=1, sort_keys=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1009,10 +1007,7 @@ def provision_node(inv: Inventory, slice_name: str | None, role: str, *, root: P
 
 
 def write_sentinel(path: Path, facts: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, facts)
 
 
 def provision_all(inv: Inventory, out_dir: Path | None = None, log=print) -> list[dict]:

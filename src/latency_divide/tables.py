@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -46,6 +45,7 @@ import pyarrow.parquet as pq
 
 from . import FORMAT_VERSION, rawio
 from .errors import LatencyDivideError
+from .fsio import atomic_path
 from .parsers.ping import parse_ping
 from .parsers.queue import QueueParseError, parse_queue
 
@@ -545,15 +545,8 @@ def write_table(df: pd.DataFrame, path: Path | str, name: str) -> None:
     }
     table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.ld-tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def read_table(path: Path | str, name: str | None = None) -> pd.DataFrame:

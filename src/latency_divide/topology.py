@@ -31,6 +31,7 @@ from pathlib import Path
 
 from . import PREFIX
 from .errors import CommandError, EnvironmentError_, LatencyDivideError
+from .fsio import write_json_atomic
 from .runners import LocalRunner, Process, pid_alive
 
 #: Owner records of live topologies (one JSON file per tag).
@@ -237,12 +238,9 @@ class Topology:
         return STATE_DIR / f"{self.tag}.json"
 
     def _write_owner(self) -> None:
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
         rec = {"tag": self.tag, "pid": os.getpid(), "namespaces": [self.ns(r) for r in ROLES],
                "created_unix": time.time()}
-        tmp = self.owner_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec))
-        tmp.replace(self.owner_file)
+        write_json_atomic(self.owner_file, rec)
 
     def up(self) -> "Topology":
         t0 = time.monotonic()

@@ -13,7 +13,6 @@ server node and the receiver (the tool's client) on the client node; uplink: the
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import shutil
@@ -26,10 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import FORMAT_VERSION, PREFIX, __version__, topology
-from .errors import CommandError, EnvironmentError_, LatencyDivideError, TrialError
 from .config import ToolSettings, Variant
-from .rawio import COMPRESSED_LOGS, compress_logs
+from .errors import CommandError, EnvironmentError_, LatencyDivideError, TrialError
+from .fsio import write_json_atomic
 from .provenance import git_revision, sha256_file
+from .rawio import COMPRESSED_LOGS, compress_logs
 from .runners import LocalRunner
 
 DIRECTIONS = ("uplink", "downlink")
@@ -224,12 +224,6 @@ def cpu_busy_pct(before, after) -> float | None:
     if not before or not after or after[1] <= before[1]:
         return None
     return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -81,8 +81,15 @@ def _trial_job(smk, log) -> None:
     from .households import Household
     from .progress import progress
     from .provenance import config_hash
-    from .trial import (check_linkplan, live_topologies, nominal_trial_s, run_trial_with_retries,
-                        spec_from_config, trial_ids, trial_meta_path)
+    from .trial import (
+        check_linkplan,
+        live_topologies,
+        nominal_trial_s,
+        run_trial_with_retries,
+        spec_from_config,
+        trial_ids,
+        trial_meta_path,
+    )
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
