@@ -86,6 +86,8 @@ def replicate(source: Path, root: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", type=Path, help="a real 60-s trial directory to replicate")
+    ap.add_argument("--raw", type=Path, help="a real sweep's raw directory (e.g. results/raw "
+                    "after `dvc pull`): time it as is instead of replicating one trial")
     ap.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     ap.add_argument("--jobs", type=int, default=2,
                     help="worker processes (default 2, as the workflow's analysis rule)")
@@ -96,15 +98,20 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ld-bench-analysis-") as tmp:
         tmp = Path(tmp)
-        source = a.source or make_source(tmp)
-        if not (source / "meta.json").is_file():
-            ap.error(f"--source {source} is not a trial directory (no meta.json)")
-        src_meta = json.loads((source / "meta.json").read_text())
-        dirs = replicate(source, tmp / "raw")
-        size = sum(f.stat().st_size for f in (tmp / "raw").rglob("*") if f.is_file())
-        print(f"sweep: {len(dirs)} trials replicated from {source} "
-              f"({src_meta['duration_s']:g} s transfer, {size / 1e6:.1f} MB on disk) "
-              f"into a temporary directory")
+        if a.raw:
+            dirs = sorted(p.parent for p in a.raw.rglob("meta.json"))
+            size = sum(f.stat().st_size for f in a.raw.rglob("*") if f.is_file())
+            print(f"sweep: {len(dirs)} real trials under {a.raw} ({size / 1e6:.1f} MB on disk)")
+        else:
+            source = a.source or make_source(tmp)
+            if not (source / "meta.json").is_file():
+                ap.error(f"--source {source} is not a trial directory (no meta.json)")
+            src_meta = json.loads((source / "meta.json").read_text())
+            dirs = replicate(source, tmp / "raw")
+            size = sum(f.stat().st_size for f in (tmp / "raw").rglob("*") if f.is_file())
+            print(f"sweep: {len(dirs)} trials replicated from {source} "
+                  f"({src_meta['duration_s']:g} s transfer, {size / 1e6:.1f} MB on disk) "
+                  f"into a temporary directory")
         times, cpu = [], []
         for i in range(a.runs):
             t0, c0 = time.perf_counter(), cpu_s()
