@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from .errors import LatencyDivideError
+from .provenance import hash_file
 
 LOCK_FILE = "dvc.lock"
 DEFAULT_PATH = "results/raw"
@@ -37,11 +38,8 @@ class DataCheckError(LatencyDivideError):
 
 
 def md5_file(path: Path | str) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """md5 of a file's content, as DVC records it."""
+    return hash_file(path, "md5")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,12 @@ SIDECAR_SUFFIX = ".provenance.json"
 
 
 def sha256_file(path: Path | str) -> str:
-    h = hashlib.sha256()
+    return hash_file(path, "sha256")
+
+
+def hash_file(path: Path | str, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's content (read in 1 MiB chunks)."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

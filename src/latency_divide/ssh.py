@@ -45,7 +45,7 @@ from .fsio import write_json_atomic
 from .inventory import ROLE_NAMES, ROLES, Inventory, Node, Slice, load_inventory
 from .provenance import sha256_file
 from .runners import Completed, _argv, pid_alive
-from .topology import OFFLOAD_ARGS, STATE_DIR, new_tag
+from .topology import OFFLOAD_ARGS, STATE_DIR, NodeOps, new_tag
 
 SSH_STATE_DIR = STATE_DIR / "ssh"
 QSAMPLER_SRC = Path(__file__).resolve().parent / "qsampler.py"
@@ -610,7 +610,7 @@ class SshTestbed:
         return SshTopology(self, spec, plan, Path(log_dir), found)
 
 
-class SshTopology:
+class SshTopology(NodeOps):
     """The slice configured for one trial (context manager; restored in ``__exit__``)."""
 
     local_files = False
@@ -665,23 +665,6 @@ class SshTopology:
         remote = f"{self.rundir}/{role}/{Path(local).name}"
         self._outputs.append((role, remote, Path(local)))
         return remote
-
-    def qdisc_dump(self) -> dict:
-        out = {}
-        for role in ("gw", "dly"):
-            res = self.runner(role).run(["tc", "-s", "-j", "qdisc", "show"], check=False)
-            try:
-                out[role] = json.loads(res.stdout) if res.returncode == 0 else res.stderr
-            except json.JSONDecodeError:
-                out[role] = res.stdout
-        return out
-
-    def stop_delayline(self) -> int | None:
-        if self._delayline is None:
-            return None
-        rc = self._delayline.stop(timeout=5)
-        self._delayline = None
-        return rc
 
     def describe(self) -> dict:
         sl = self.tb.slice

@@ -190,8 +190,33 @@ def resolve_delay_mechanism(choice: str) -> str:
 # the live topology
 # --------------------------------------------------------------------------------------------
 
+class NodeOps:
+    """What every live topology (local namespaces, SSH nodes) does the same way through its
+    ``runner(role)``: needs ``self._delayline`` (the delay line process, or None)."""
+
+    _delayline = None
+
+    def stop_delayline(self) -> int | None:
+        if self._delayline is None:
+            return None
+        rc = self._delayline.stop(timeout=5)
+        self._delayline = None
+        return rc
+
+    def qdisc_dump(self) -> dict[str, object]:
+        """``tc -s -j qdisc show`` of the gateway and delay nodes (for meta.json)."""
+        out = {}
+        for role in ("gw", "dly"):
+            res = self.runner(role).run(["tc", "-s", "-j", "qdisc", "show"], check=False)
+            try:
+                out[role] = json.loads(res.stdout) if res.returncode == 0 else res.stderr
+            except json.JSONDecodeError:
+                out[role] = res.stdout
+        return out
+
+
 @dataclass
-class Topology:
+class Topology(NodeOps):
     """A live four-namespace topology. Use as a context manager: torn down in ``finally``."""
 
     plan: object  # latency_divide.linkplan.LinkPlan
@@ -278,24 +303,6 @@ class Topology:
                 return
             time.sleep(0.02)
         raise LatencyDivideError("delay line did not report 'delayline ready' within 5 s")
-
-    def stop_delayline(self) -> int | None:
-        if self._delayline is None:
-            return None
-        rc = self._delayline.stop(timeout=5)
-        self._delayline = None
-        return rc
-
-    def qdisc_dump(self) -> dict[str, object]:
-        """``tc -s -j qdisc show`` of the gateway and delay nodes (for meta.json)."""
-        out = {}
-        for role in ("gw", "dly"):
-            res = self.runner(role).run(["tc", "-s", "-j", "qdisc", "show"], check=False)
-            try:
-                out[role] = json.loads(res.stdout) if res.returncode == 0 else res.stderr
-            except json.JSONDecodeError:
-                out[role] = res.stdout
-        return out
 
     def down(self) -> None:
         """Stop our processes (by PID), kill anything left in our namespaces (by the PIDs
