@@ -16,7 +16,7 @@ rule provision_node:
         slice=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
         role="server|gateway|delay|client",
     conda:
-        "../envs/workflow.yaml"
+        "../envs/trials.yaml"
     script:
         "../workflow/scripts/provision.py"
 

@@ -25,7 +25,7 @@ rule trial:
     log:
         "logs/trial/{household}/{direction}/{variant}/rep{rep}.log",
     conda:
-        "../envs/workflow.yaml"
+        "../envs/trials.yaml"
     script:
         "../workflow/scripts/run_trial.py"
 

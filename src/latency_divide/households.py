@@ -91,14 +91,6 @@ class Household:
             )
         return cls(**d)
 
-    def rate_kbit(self, direction: str) -> int:
-        """The shaped rate of a direction: uplink = upload, downlink = download."""
-        if direction == "uplink":
-            return self.upload_kbps
-        if direction == "downlink":
-            return self.download_kbps
-        raise ValueError(f"direction must be 'uplink' or 'downlink', not {direction!r}")
-
     def describe(self) -> str:
         """A readable summary in the spirit of the original tool's output."""
 
