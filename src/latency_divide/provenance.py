@@ -24,9 +24,10 @@ import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas costs 1.7 s to import: trial jobs (which hash files) skip it
+    import pandas as pd
 
 from .errors import LatencyDivideError
 from .fsio import write_json_atomic

@@ -209,6 +209,20 @@ def host_info() -> dict:
             "loadavg": list(os.getloadavg())}
 
 
+def process_started_unix(pid: int | str = "self") -> float | None:
+    """When a process started (Unix time, 10 ms resolution): the trial job's own start, so
+    meta.json can tell job start-up (Python, imports, checks) from the trial itself."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    age_s = uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
+    return round(time.time() - age_s, 2)
+
+
 def cpu_times() -> tuple[float, float] | None:
     """(busy, total) jiffies of all CPUs from /proc/stat, to measure the host's load."""
     try:
@@ -314,7 +328,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     binary = found["binary"]
     ep = endpoints(spec.direction)
     concurrency = spec.concurrency_hint or live_topologies() + 1
-    timing: dict = {"started_at": utc_now()}
+    timing: dict = {"started_at": utc_now(), "started_unix": time.time(),
+                    "process_started_unix": process_started_unix()}
     host_before = host_info()
     cpu_before = cpu_times()
 

@@ -118,5 +118,7 @@ def _trial_job(smk, log) -> None:
             final.rmdir()  # Snakemake made it for the output; leave nothing that looks like a trial
         raise
     m = json.loads((d / "meta.json").read_text())
-    say(f"[latency-divide] trial {spec.trial_id} done in "
-        f"{m['timing']['setup_s']:.2f} s setup + transfer, teardown {m['timing']['teardown_s']:.2f} s")
+    t = m["timing"]
+    wall = f"{time.time() - t['started_unix']:.1f} s" if "started_unix" in t else "?"
+    say(f"[latency-divide] trial {spec.trial_id} done in {wall} (setup {t['setup_s']:.2f} s, "
+        f"teardown {t['teardown_s']:.2f} s)")
