@@ -1,5 +1,6 @@
 # Shared helpers: the loaded config, wildcard constraints, target functions.
 from latency_divide.config import load_config
+from latency_divide.definition import ID_PATTERN
 from latency_divide.trial import trial_ids, trial_meta_path
 
 # The package's config object: validated, households resolved (IDs checked, samples drawn).
@@ -21,13 +22,16 @@ def link_targets():
     return expand("results/links/{household}.json", household=HOUSEHOLDS)
 
 
-def table_targets():
-    return ["results/tables/households.parquet"]
+# Every trial of the run: (definition id, household, direction, variant, repetition). The
+# definition id (latency_divide.definition) hashes everything that shapes a trial, so a changed
+# qfactor, duration, tool, window, delta ... names other trial directories (measured anew) and
+# leaves the earlier ones as they are.
+TRIALS = trial_ids(CFG)
 
 
 def trial_targets():
     """meta.json of every trial of the run (a trial directory is complete iff it has one)."""
-    return [str(trial_meta_path("results/raw", *t)) for t in trial_ids(CFG)]
+    return [str(trial_meta_path("results/raw", *t)) for t in TRIALS]
 
 
 # Analysis and figures (rules/analysis.smk, rules/figures.smk; those files register these
@@ -38,6 +42,7 @@ TABLE_FILES = {
     "queue": "results/tables/timeseries/queue.parquet",
     "throughput": "results/tables/timeseries/throughput.parquet",
     "summary": "results/tables/summary.parquet",
+    "exclusions": "results/tables/exclusions.parquet",
 }
 FIGURE_NAMES = ["delay_tput", "self_delay", "timeseries", "divide"]
 
@@ -57,6 +62,22 @@ def figure_targets():
                   ext=["pdf", "png", "provenance.json"])
 
 
+def figure_outputs():
+    """Named outputs of the figures job: <figure>_{pdf,png,provenance} (PDF and PNG in the report)."""
+    out = {}
+    for fig in figure_names():
+        for ext in ("pdf", "png"):
+            out[f"{fig}_{ext}"] = report(
+                f"results/figures/{fig}.{ext}",
+                caption=f"../workflow/report/{fig}.rst",
+                category="Figures",
+                subcategory=fig,
+                labels={"figure": fig, "format": ext.upper()},
+            )
+        out[f"{fig}_provenance"] = f"results/figures/{fig}.provenance.json"
+    return out
+
+
 def timeseries_household():
     """Household of the time-series figure: config figures.timeseries_household if set, else
     None (the first configured household with a valid trial)."""
@@ -65,7 +86,8 @@ def timeseries_household():
 
 
 # `rule all` builds what these functions return; a stage adds its function here.
-TARGET_FUNCTIONS = [household_targets, link_targets, table_targets, trial_targets]
+TARGET_FUNCTIONS = [household_targets, link_targets, lambda: ["results/tables/households.parquet"],
+                    trial_targets]
 
 
 def all_targets():

@@ -1,30 +1,19 @@
-# Stage 1: household records (the data set's values in our units) and their table.
+# Stage 1: household records (the data set's values in our units) and their table, in one job
+# (one Python start-up for all households; a record is a row lookup).
 
 
-rule household:
+rule households:
     input:
         data=HOUSEHOLD_DATA,
     output:
-        record="results/households/{household}.json",
+        records=household_targets(),
+        table="results/tables/households.parquet",
     params:
-        household_id=lambda wildcards: int(wildcards.household),
+        household_ids=[int(h) for h in HOUSEHOLDS],
         buckets=[b.to_dict() for b in CFG.buckets],
     conda:
         "../envs/workflow.yaml"
     log:
-        "logs/household/{household}.log",
+        "logs/households/households.log",
     script:
-        "../workflow/scripts/household.py"
-
-
-rule households_table:
-    input:
-        records=expand("results/households/{household}.json", household=HOUSEHOLDS),
-    output:
-        table="results/tables/households.parquet",
-    conda:
-        "../envs/workflow.yaml"
-    log:
-        "logs/households_table/households_table.log",
-    script:
-        "../workflow/scripts/households_table.py"
+        "../workflow/scripts/households.py"

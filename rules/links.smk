@@ -1,17 +1,20 @@
-# Stage 2: link plans (rate, queue, delay and the tc/delay commands) per household.
+# Stage 2: link plans (rate, queue, delay and the tc/delay commands) per household, in one job.
+# They document the links; a trial computes its own plan from the household and its definition
+# (qfactor) and records it in meta.json, so trials do not depend on these files (a re-made
+# plan never makes Snakemake re-run a measured trial).
 
 
-rule linkplan:
+rule linkplans:
     input:
-        record="results/households/{household}.json",
+        records=household_targets(),
     output:
-        plan="results/links/{household}.json",
+        plans=link_targets(),
     params:
         qfactor=CFG.qfactor,
         delay=CFG.testbed.delay,
     conda:
         "../envs/workflow.yaml"
     log:
-        "logs/linkplan/{household}.log",
+        "logs/linkplans/linkplans.log",
     script:
-        "../workflow/scripts/linkplan.py"
+        "../workflow/scripts/linkplans.py"

@@ -1,13 +1,16 @@
 from latency_divide.progress import mark_run_start
 from latency_divide.workflow_glue import RUN_START
 
-# Stage 3: trials. One job per (household, direction, variant, repetition) on the local
-# testbed (network namespaces on this host). A trial directory appears only when complete,
-# so its meta.json is the job's output; link plans are `ancient` inputs, so a re-generated
-# plan (or raw data pulled by DVC, which keeps no mtimes) never re-runs a finished trial.
+# Stage 3: trials. One job per (definition, household, direction, variant, repetition) on the
+# testbed. A trial directory appears only when complete, so its meta.json is the job's output.
+# A trial has no input made by another job (its job computes the household's link plan from the
+# data set and its definition), and no params: so nothing but a missing meta.json ever runs it,
+# and raw data pulled by DVC (fresh mtimes, no .snakemake metadata) is done. Its definition id
+# is in its path (rules/common.smk, TRIALS), so a changed setting names new trials.
 
 
 wildcard_constraints:
+    definition=ID_PATTERN,
     direction="uplink|downlink",
     variant=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     rep=r"\d+",
@@ -15,15 +18,15 @@ wildcard_constraints:
 
 rule trial:
     input:
-        record=ancient("results/households/{household}.json"),
-        plan=ancient("results/links/{household}.json"),
         provisioned=ancient(trial_provision_inputs),
     output:
         # protected: Snakemake makes it read-only and refuses to delete it for a re-run, so a
         # measurement is never thrown away by a changed rerun trigger
-        meta=protected("results/raw/{household}/{direction}/{variant}/rep{rep}/meta.json"),
+        meta=protected(
+            "results/raw/{definition}/{household}/{direction}/{variant}/rep{rep}/meta.json"
+        ),
     log:
-        "logs/trial/{household}/{direction}/{variant}/rep{rep}.log",
+        "logs/trial/{definition}/{household}/{direction}/{variant}/rep{rep}.log",
     conda:
         "../envs/trials.yaml"
     script:

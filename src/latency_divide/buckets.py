@@ -61,6 +61,12 @@ class Bucket:
             d["sample"] = self.sample
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Bucket":
+        """The inverse of :meth:`to_dict` (and the config's bucket form)."""
+        return cls(d["name"], d["min"], d["max"], tuple(d["ids"]) if "ids" in d else None,
+                   d.get("sample"))
+
 
 DEFAULT_BUCKETS: tuple[Bucket, ...] = (
     Bucket("0-30", 0, 30, PAPER_IDS["0-30"]),

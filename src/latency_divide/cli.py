@@ -262,15 +262,44 @@ def _publish_args(p: argparse.ArgumentParser) -> None:
                    help="largest allowed size of the remote after the push, MB (default 30)")
     p.add_argument("--no-commit", action="store_true",
                    help="push what dvc.lock records now (skip `dvc commit trials`)")
+    p.add_argument("--replace-published", action="store_true",
+                   help="allow published trials to be gone or changed (e.g. moved by `migrate`); "
+                        "by default publishing only adds trials")
 
 
 def _publish(args) -> int:
     from .datacheck import DataCheckError, publish
+    from .integrity import DataIntegrityError, check_raw_tree
 
     if not args.limit_mb > 0:
         raise DataCheckError(f"--limit-mb {args.limit_mb}: must be > 0")
+    findings = check_raw_tree("results/raw", ".", keep_published=not args.replace_published)
+    if findings:
+        raise DataIntegrityError(findings)
     publish(".", remote=args.remote, limit_bytes=int(args.limit_mb * 1_000_000),
             commit=not args.no_commit, log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+def _migrate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--raw", default="results/raw", help="raw data root (default results/raw)")
+    p.add_argument("--config", default="config/config.yaml",
+                   help="the configuration the trials ran under (its hash must be the one they "
+                        "recorded)")
+    p.add_argument("-n", "--dry-run", action="store_true", help="print the moves, make none")
+
+
+def _migrate(args) -> int:
+    import yaml
+
+    from .migrate import migrate
+
+    with open(args.config) as f:
+        config = yaml.safe_load(f)
+    moves = migrate(args.raw, config, dry_run=args.dry_run)
+    for src, dst in moves:
+        print(f"{'would move' if args.dry_run else 'moved'} {src} -> {dst}")
+    print(f"{len(moves)} trial(s)", file=sys.stderr)
     return 0
 
 
@@ -288,6 +317,8 @@ COMMANDS: dict[str, Command] = {
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
     "verify": Command("check raw data against dvc.lock (missing or corrupted files)",
                       _verify_args, _verify),
+    "migrate": Command("move format-1 trials into the definition layout", _migrate_args,
+                       _migrate),
     "publish": Command("record results/raw in dvc.lock and push it to the published remote",
                        _publish_args, _publish),
     "trial": Command("run one trial (local namespaces, or an SSH testbed with --inventory)",

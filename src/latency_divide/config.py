@@ -44,6 +44,8 @@ class ToolSettings:
     name: str  # tquic-perf | tperf
     path: str | None
     window_bytes: int
+    #: extra flags passed to both ends of the tool (part of the trial definition)
+    args: tuple[str, ...] = ()
 
     def binary(self, root: Path = ROOT) -> Path:
         """The tool's binary: the configured path, or our build for tquic-perf."""
@@ -189,7 +191,7 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
             )
         variants.append(Variant(v["name"], v["cc"], float(v["delta"]) if "delta" in v else None))
 
-    tool = ToolSettings(**raw["tool"])
+    tool = ToolSettings(**{**raw["tool"], "args": tuple(raw["tool"].get("args", ()))})
     if tool.name == "tperf" and tool.path is None:
         raise ConfigError("config: tool.path = None: the path of mvfst's tperf binary is required for tool.name tperf")
     testbed = TestbedSettings(**raw["testbed"])

@@ -280,15 +280,24 @@ def divide_plot(trials: pd.DataFrame, baseline: str = "cubic"):
 def save(plot, pdf: Path | str, png: Path | str | None = None, width: float = WIDTH_IN,
          height: float = HEIGHT_IN, dpi: int = 150) -> list[Path]:
     """Write the plot as PDF (and PNG) atomically; return the written paths."""
+    import matplotlib.pyplot as plt
+    from plotnine import theme
+
     written = []
-    for path in (pdf, png):
-        if path is None:
-            continue
-        path = Path(path)
-        with atomic_path(path) as tmp, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", module="plotnine")
-            plot.save(tmp, width=width, height=height, dpi=dpi, verbose=False)
-        written.append(path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="plotnine")
+        # drawn once, saved in both formats (plotnine's save would draw it again per file)
+        fig = (plot + theme(figure_size=(width, height), dpi=dpi)).draw()
+    try:
+        for path in (pdf, png):
+            if path is None:
+                continue
+            path = Path(path)
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, dpi=dpi)
+            written.append(path)
+    finally:
+        plt.close(fig)
     return written
 
 
@@ -322,8 +331,7 @@ def make_figure(name: str, tables_dir: Path | str, household: int | None = None,
 
 
 def build_figure(name: str, tables_dir: Path | str, pdf: Path | str, png: Path | str,
-                 sidecar: Path | str, config: dict | None = None,
-                 household: int | None = None,
+                 sidecar: Path | str, household: int | None = None,
                  household_order: Sequence[int] | None = None) -> dict:
     """Draw figure ``name`` from the tables and write PDF, PNG and the provenance sidecar."""
     from .provenance import build_sidecar, write_sidecar
@@ -331,6 +339,6 @@ def build_figure(name: str, tables_dir: Path | str, pdf: Path | str, png: Path |
     plot, used, tables = make_figure(name, tables_dir, household, household_order)
     height = 6.0 if name in ("timeseries", "self_delay") else HEIGHT_IN
     outputs = save(plot, pdf, png, height=height)
-    rec = build_sidecar(pdf, outputs, used, tables=tables, config=config)
+    rec = build_sidecar(pdf, outputs, used, tables=tables)
     write_sidecar(rec, sidecar)
     return rec

@@ -1,15 +1,20 @@
 """Figure provenance: a sidecar ``<figure>.provenance.json`` next to every figure, and
 ``latency-divide trace FIGURE`` to print it and verify it against the files on disk.
 
-Sidecar (format_version 1)::
+Sidecar (format_version 2)::
 
-    {"format_version": 1, "figure": "results/figures/delay_tput.pdf",
+    {"format_version": 2, "figure": "results/figures/delay_tput.pdf",
      "outputs": {"results/figures/delay_tput.pdf": "<sha256>", ...},
-     "created_at": "...Z", "git_revision": "<sha>[-dirty]" | null, "config_hash": "<sha256>",
+     "created_at": "...Z", "git_revision": "<sha>[-dirty]" | null,
      "tables": {"results/tables/trials.parquet": "<sha256>", ...},
+     "definitions": {"def-...": {<the trial-shaping settings, latency_divide.definition>}},
      "households": {"<price_bucket>": [<household_id>, ...], ...},
-     "trials": [{"path": "...", "household_id": ..., "price_bucket": ..., "direction": ...,
-                 "variant": ..., "repetition": ..., "files": {"meta.json": "<sha256>", ...}}]}
+     "trials": [{"path": "...", "definition_id": "def-...", "config_hash": "<sha256>",
+                 "household_id": ..., "price_bucket": ..., "direction": ..., "variant": ...,
+                 "repetition": ..., "files": {"meta.json": "<sha256>", ...}}]}
+
+Each trial names the definition it was measured under and the hash of the configuration its
+job ran with (from its meta.json), not the configuration of the run that drew the figure.
 
 Paths are stored as given (relative to the working directory of the workflow, i.e. the
 repository root); ``trace`` resolves relative paths against ``--root`` (default: the current
@@ -29,10 +34,11 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:  # pandas costs 1.7 s to import: trial jobs (which hash files) skip it
     import pandas as pd
 
+from .definition import describe
 from .errors import LatencyDivideError
 from .fsio import write_json_atomic
 
-SIDECAR_FORMAT_VERSION = 1
+SIDECAR_FORMAT_VERSION = 2
 SIDECAR_SUFFIX = ".provenance.json"
 
 
@@ -84,17 +90,25 @@ def sidecar_path(figure: Path | str) -> Path:
 
 
 def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.DataFrame,
-                  tables: Iterable[Path | str] = (), config: dict | None = None,
-                  git_rev: str | None = None) -> dict:
+                  tables: Iterable[Path | str] = (), git_rev: str | None = None) -> dict:
     """The provenance record of a figure drawn from the trials in ``trials`` (rows of the
-    trials table: household_id, price_bucket, direction, variant, repetition, trial_path)."""
+    trials table: definition_id, config_hash, household_id, price_bucket, direction, variant,
+    repetition, trial_path)."""
+    from . import definition
+
     hh: dict[str, list[int]] = {}
     for bucket, g in trials.groupby("price_bucket", sort=True, observed=True):
         hh[str(bucket)] = sorted({int(x) for x in g["household_id"]})
+    definitions = {}
+    for def_id, path in trials.groupby("definition_id")["trial_path"].first().items():
+        definitions[str(def_id)] = definition.read(Path(path).parents[3])
     recs = []
-    cols = ["trial_path", "household_id", "price_bucket", "direction", "variant", "repetition"]
+    cols = ["trial_path", "definition_id", "config_hash", "household_id", "price_bucket",
+            "direction", "variant", "repetition"]
     for r in trials[cols].sort_values("trial_path").itertuples(index=False):
-        recs.append({"path": r.trial_path, "household_id": int(r.household_id),
+        recs.append({"path": r.trial_path, "definition_id": r.definition_id,
+                     "config_hash": r.config_hash or None,
+                     "household_id": int(r.household_id),
                      "price_bucket": str(r.price_bucket), "direction": r.direction,
                      "variant": r.variant, "repetition": int(r.repetition),
                      "files": hash_dir(r.trial_path)})
@@ -104,8 +118,8 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
         "outputs": {str(p): sha256_file(p) for p in outputs},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "git_revision": git_rev if git_rev is not None else git_revision(),
-        "config_hash": config_hash(config),
         "tables": {str(p): sha256_file(p) for p in tables},
+        "definitions": definitions,
         "households": hh,
         "trials": recs,
     }
@@ -141,7 +155,7 @@ def load_sidecar(figure: Path | str) -> tuple[dict, Path]:
         rec = json.loads(side.read_text())
     except json.JSONDecodeError as e:
         raise LatencyDivideError(f"{side}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(rec, dict) or rec.get("format_version") != SIDECAR_FORMAT_VERSION:
+    if not isinstance(rec, dict) or rec.get("format_version") not in (1, SIDECAR_FORMAT_VERSION):
         raise LatencyDivideError(f"{side}: not a provenance sidecar of format_version "
                                  f"{SIDECAR_FORMAT_VERSION}")
     return rec, side
@@ -191,8 +205,7 @@ def format_trace(res: TraceResult, files: bool = False) -> str:
         f"figure:       {rec.get('figure')}",
         f"sidecar:      {res.sidecar}",
         f"created:      {rec.get('created_at')}",
-        f"git revision: {rec.get('git_revision') or 'unknown'}",
-        f"config hash:  {rec.get('config_hash')}",
+        f"git revision: {rec.get('git_revision') or 'unknown'} (of the analysis)",
     ]
     for p, h in (rec.get("outputs") or {}).items():
         out.append(f"output:       {p}  sha256 {h[:16]}")
@@ -202,11 +215,17 @@ def format_trace(res: TraceResult, files: bool = False) -> str:
     out.append(f"households:   {sum(len(v) for v in hh.values())} in {len(hh)} price bucket(s)")
     for bucket, ids in hh.items():
         out.append(f"  {bucket:>8}: {', '.join(str(i) for i in ids)}")
+    defs = rec.get("definitions") or {}
+    out.append(f"definitions:  {len(defs)} (the settings each trial was measured under)")
+    for def_id, d in defs.items():
+        out.append(f"  {def_id}: {describe(d)}")
     trials = rec.get("trials") or []
     out.append(f"trials:       {len(trials)}")
     for t in trials:
+        cfg = (t.get("config_hash") or "unknown")[:12]
         out.append(f"  {t['path']}  (household {t['household_id']}, {t['direction']}, "
-                   f"{t['variant']}, rep {t['repetition']}; {len(t['files'])} files)")
+                   f"{t['variant']}, rep {t['repetition']}; {t.get('definition_id')}, "
+                   f"config {cfg}; {len(t['files'])} files)")
         if files:
             for name, h in t["files"].items():
                 out.append(f"      {name:<16} {h}")

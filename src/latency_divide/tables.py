@@ -22,10 +22,14 @@ Idle period: pings with ``t_unix`` before the window start; ``base_rtt_measured_
 minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
 transfer".
 
-A trial that cannot be used (missing file, unreadable meta.json, truncated receiver log, no idle
-or no in-transfer RTT sample, no queue sample) raises :class:`TrialInvalid` naming the trial
-directory; :func:`collect` turns that into a warning (:class:`TrialSkipped`) and leaves the trial
-out of every table. Zero valid trials is an error.
+Before anything is parsed, :func:`build_tables` checks every trial directory
+(latency_divide.integrity: DVC pins, raw format, identity); a finding stops it with an error
+naming the trial and the file, and no table is written. A trial that is intact but invalid by its
+own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
+queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
+:func:`collect` leaves it out of the measurement tables, lists it with its reason in
+``exclusions.parquet`` and warns (:class:`TrialSkipped`). Zero valid trials is an error, and so
+are trials of one variant measured under different definitions (they are not one experiment).
 """
 
 from __future__ import annotations
@@ -43,18 +47,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import FORMAT_VERSION, rawio
+from . import READABLE_FORMATS, rawio
 from .errors import LatencyDivideError
 from .fsio import atomic_path
 from .parsers.ping import parse_ping
 from .parsers.queue import QueueParseError, parse_queue
 
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (see rawio).
 REQUIRED_FILES = ("meta.json", "receiver.log", "ping.log", "queue.jsonl")
-KEYS = ("household_id", "direction", "variant", "repetition")
+KEYS = ("definition_id", "household_id", "direction", "variant", "repetition")
 
 
 class TrialInvalid(LatencyDivideError):
@@ -81,6 +85,7 @@ _ts = pa.timestamp("us", tz="UTC")
 
 TRIALS_SCHEMA = pa.schema(
     [
+        ("definition_id", pa.string()),
         ("household_id", pa.int64()),
         ("price_bucket", pa.string()),
         ("direction", pa.string()),
@@ -89,6 +94,9 @@ TRIALS_SCHEMA = pa.schema(
         ("delta", pa.float64()),
         ("repetition", pa.int64()),
         ("tool", pa.string()),
+        ("window_bytes", pa.int64()),
+        ("delay_mechanism", pa.string()),
+        ("config_hash", pa.string()),
         ("capacity_kbps", pa.float64()),
         ("base_rtt_ms", pa.float64()),
         ("base_rtt_measured_ms", pa.float64()),
@@ -114,6 +122,7 @@ TRIALS_SCHEMA = pa.schema(
 )
 
 _KEY_FIELDS = [
+    ("definition_id", pa.string()),
     ("household_id", pa.int64()),
     ("direction", pa.string()),
     ("variant", pa.string()),
@@ -140,6 +149,7 @@ SUMMARY_SCHEMA = pa.schema(
         ("price_bucket", pa.string()),
         ("direction", pa.string()),
         ("variant", pa.string()),
+        ("definition_id", pa.string()),
         ("households", pa.int64()),
         ("trials", pa.int64()),
     ]
@@ -150,8 +160,21 @@ SUMMARY_SCHEMA = pa.schema(
     ]
 )
 
+EXCLUSIONS_SCHEMA = pa.schema(
+    [
+        ("definition_id", pa.string()),
+        ("household_id", pa.int64()),
+        ("direction", pa.string()),
+        ("variant", pa.string()),
+        ("repetition", pa.int64()),
+        ("trial_path", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+
 SCHEMAS = {
     "trials": TRIALS_SCHEMA,
+    "exclusions": EXCLUSIONS_SCHEMA,
     "ping": PING_TS_SCHEMA,
     "queue": QUEUE_TS_SCHEMA,
     "throughput": THROUGHPUT_TS_SCHEMA,
@@ -230,13 +253,15 @@ def load_trial(path: Path | str) -> Trial:
     if not isinstance(meta, dict):
         raise TrialInvalid(path, "meta.json is not a JSON object")
     version = meta.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_FORMATS:
         raise TrialInvalid(path, f"meta.json format_version {version!r}; this code reads "
-                                 f"{FORMAT_VERSION}")
+                                 f"{', '.join(map(str, READABLE_FORMATS))}")
     hh = _meta_get(path, meta, "household")
     variant = _meta_get(path, meta, "variant")
     delta = variant.get("delta") if isinstance(variant, dict) else None
     keys = {
+        # the trial's definition: recorded since format 2, else its directory's name
+        "definition_id": str(meta.get("definition_id") or path.resolve().parents[3].name),
         "household_id": int(_meta_get(path, meta, "household", "unit_id")),
         # null for a household outside every configured bucket (a one-off `latency-divide
         # trial`): kept in trials.parquet, left out of the per-bucket summaries and figures
@@ -334,6 +359,9 @@ def trial_row(trial: Trial) -> dict:
     row = dict(trial.keys)
     row.update(
         tool=str(tool.get("name", "")),
+        window_bytes=int(tool.get("window_bytes", 0)),
+        delay_mechanism=str(meta.get("delay_mechanism", "")),
+        config_hash=str(meta.get("config_hash") or ""),
         capacity_kbps=capacity,
         base_rtt_ms=float(hh.get("rtt_ms", math.nan)),
         base_rtt_measured_ms=base,
@@ -427,6 +455,23 @@ class Tables:
     throughput: pd.DataFrame
     skipped: list[TrialInvalid]
 
+    @property
+    def exclusions(self) -> pd.DataFrame:
+        """One row per trial left out, with its reason."""
+        rows = []
+        for e in self.skipped:
+            p = Path(e.path)
+            parts = p.parts[-5:]
+            hh = parts[1] if len(parts) == 5 else ""
+            rows.append({"definition_id": parts[0] if len(parts) == 5 else "",
+                         "household_id": int(hh) if hh.isdigit() else -1,
+                         "direction": parts[2] if len(parts) == 5 else "",
+                         "variant": parts[3] if len(parts) == 5 else "",
+                         "repetition": int(parts[4][3:]) if len(parts) == 5
+                         and parts[4][3:].isdigit() else -1,
+                         "trial_path": p.as_posix(), "reason": e.reason})
+        return _frame(rows, EXCLUSIONS_SCHEMA)
+
 
 def _empty(schema: pa.Schema) -> pd.DataFrame:
     return schema.empty_table().to_pandas()
@@ -489,6 +534,13 @@ def collect(trial_dirs: Iterable[Path | str], jobs: int = 1) -> Tables:
         paths = ", ".join(trials.loc[dup, "trial_path"])
         raise LatencyDivideError(f"several trials share household/direction/variant/repetition: "
                                  f"{paths}")
+    defs = trials.groupby("variant")["definition_id"].unique()
+    mixed = {v: sorted(d) for v, d in defs.items() if len(d) > 1}
+    if mixed:
+        raise LatencyDivideError(
+            "trials of one variant under different definitions would be mixed in one table: "
+            + "; ".join(f"{v}: {', '.join(d)}" for v, d in mixed.items())
+            + " (results/raw/<definition id>/definition.json says how they differ)")
     return Tables(
         trials=trials.reset_index(drop=True),
         ping=_keyed(ts["ping"], PING_TS_SCHEMA),
@@ -512,7 +564,7 @@ def summary(trials: pd.DataFrame) -> pd.DataFrame:
     Repetitions are averaged within a household first; the CI is mean +- t(0.975, n-1) * sd/sqrt(n)
     over the n households (NaN when n = 1).
     """
-    group = ["price_bucket", "direction", "variant"]
+    group = ["price_bucket", "direction", "variant", "definition_id"]
     per_hh = trials.groupby(group + ["household_id"], sort=True, observed=True).agg(
         trials=("repetition", "size"), **{c: (c, "mean") for c in _STAT_COLS}
     ).reset_index()
@@ -563,10 +615,17 @@ def read_table(path: Path | str, name: str | None = None) -> pd.DataFrame:
     return pq.read_table(path).to_pandas()
 
 
-def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: int = 1) -> Tables:
-    """Parse the trials and write all tables under ``out_dir`` (results/tables)."""
+def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: int = 1,
+                 repo: Path | str | None = ".") -> Tables:
+    """Check the trials (latency_divide.integrity, against ``repo``'s dvc.lock), parse them
+    and write all tables under ``out_dir`` (results/tables). A failed check raises
+    DataIntegrityError before anything is written."""
+    from .integrity import require_intact
+
+    require_intact(trial_dirs, repo)
     t = collect(trial_dirs, jobs=jobs)
     out = Path(out_dir)
+    write_table(t.exclusions, out / "exclusions.parquet", "exclusions")
     write_table(t.trials, out / "trials.parquet", "trials")
     for name in ("ping", "queue", "throughput"):
         write_table(getattr(t, name), out / "timeseries" / f"{name}.parquet", name)

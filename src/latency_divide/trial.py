@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import FORMAT_VERSION, PREFIX, __version__, topology
+from . import FORMAT_VERSION, PREFIX, __version__, definition, topology
 from .config import ToolSettings, Variant
 from .errors import CommandError, EnvironmentError_, LatencyDivideError, TrialError
 from .fsio import write_json_atomic
@@ -95,9 +95,22 @@ class TrialSpec:
         return (f"{self.household.unit_id}/{self.direction}/{self.variant.name}/"
                 f"rep{self.repetition}")
 
+    def definition(self, testbed_kind: str = "local") -> dict:
+        """The trial's definition (latency_divide.definition): what shapes the measurement."""
+        return definition.make_definition(
+            testbed=testbed_kind, delay=self.delay, qfactor=self.qfactor,
+            duration_s=self.duration_s, idle_s=self.idle_s, ping_interval_s=self.ping_interval_s,
+            queue_interval_s=self.queue_interval_s, tool_name=self.tool.name,
+            window_bytes=self.tool.window_bytes, tool_args=self.tool.args, cc=self.variant.cc,
+            delta=self.variant.delta)
 
-def trial_dir(root: Path, spec: TrialSpec) -> Path:
-    return Path(root) / spec.trial_id
+    def definition_id(self, testbed_kind: str = "local") -> str:
+        return definition.definition_id(self.definition(testbed_kind))
+
+
+def trial_dir(root: Path, spec: TrialSpec, testbed_kind: str = "local") -> Path:
+    """``root/<definition id>/<household>/<direction>/<variant>/rep<r>``."""
+    return Path(root) / spec.definition_id(testbed_kind) / spec.trial_id
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,7 +136,7 @@ def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
         argv += ["-once"]
         if json_path:
             argv += ["-json", json_path]
-    return argv
+    return argv + list(spec.tool.args)
 
 
 def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
@@ -135,7 +148,7 @@ def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
             "-window", str(spec.tool.window_bytes)]
     if spec.tool.name == "tquic-perf" and json_path:
         argv += ["-json", json_path]
-    return argv
+    return argv + list(spec.tool.args)
 
 
 def ping_argv(interval_s: float, target: str = topology.SERVER_ADDR) -> list[str]:
@@ -300,8 +313,10 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     """Run one trial; return its (complete) directory under ``out_root``."""
     testbed = testbed or LocalTestbed()
     found = testbed.check(spec)
-    final = trial_dir(out_root, spec)
+    final = trial_dir(out_root, spec, testbed.kind)
     final.parent.mkdir(parents=True, exist_ok=True)
+    definition.ensure_file(Path(out_root) / spec.definition_id(testbed.kind),
+                           spec.definition(testbed.kind))
     # The owner's PID is in the name, so `clean` can tell an abandoned one from a live one.
     tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}tmp-rep{spec.repetition}-{os.getpid()}-",
                                 dir=final.parent))
@@ -414,6 +429,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "format_version": FORMAT_VERSION,
         "latency_divide_version": __version__,
         "trial_id": spec.trial_id,
+        "definition_id": spec.definition_id(testbed.kind),
+        "definition": spec.definition(testbed.kind),
         "household": spec.household.to_dict(),
         "direction": spec.direction,
         "variant": dataclasses.asdict(spec.variant),
@@ -427,7 +444,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "tool": {"name": spec.tool.name, "path": binary,
                  "sha256": found.get("binary_sha256") or sha256_file(Path(binary)),
                  "version": found.get("tool_version") or tool_version(spec, Path(binary)),
-                 "window_bytes": spec.tool.window_bytes,
+                 "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),
                  "sender_node": ep["sender"], "receiver_node": ep["receiver"],
                  "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc},
         "ping": {"argv": p_argv, "interval_s": spec.ping_interval_s, "node": "cli",
@@ -471,33 +488,19 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
 # from the workflow's config
 # --------------------------------------------------------------------------------------------
 
-def check_linkplan(spec: TrialSpec, planned: dict) -> None:
-    """The link stage's plan (results/links/{id}.json) and the one the trial will apply must
-    agree on every number (the delay mechanism is resolved again at trial time): a mismatch
-    means the plan on disk is stale (other data or qfactor), and the trial refuses to run."""
-    from .linkplan import make_linkplan
-
-    now = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism="netem").to_dict()
-    keys = [("uplink", "rate_kbit"), ("uplink", "queue_bytes"), ("downlink", "rate_kbit"),
-            ("downlink", "queue_bytes"), ("delay", "one_way_ms")]
-    for part, key in keys:
-        a, b = planned.get(part, {}).get(key), now[part][key]
-        if a != b:
-            raise TrialError(f"trial {spec.trial_id}: the link plan on disk says {part}.{key} = "
-                             f"{a}, the household and qfactor give {b}: rebuild the link plans "
-                             f"(snakemake --forcerun linkplan)")
-
-
-def trial_ids(cfg) -> list[tuple[int, str, str, int]]:
-    """Every (household, direction, variant, repetition) of a run, in sweep order."""
-    return [(h, d, v.name, r)
+def trial_ids(cfg) -> list[tuple[str, int, str, str, int]]:
+    """Every (definition id, household, direction, variant, repetition) of a run, in sweep
+    order."""
+    ids = {v.name: definition.definition_id(definition.of_config(cfg, v)) for v in cfg.variants}
+    return [(ids[v.name], h, d, v.name, r)
             for h in cfg.household_ids() for d in cfg.directions for v in cfg.variants
             for r in range(1, cfg.trial.repetitions + 1)]
 
 
-def trial_meta_path(raw_root: str | Path, household: int, direction: str, variant: str,
-                    rep: int) -> Path:
-    return Path(raw_root) / str(household) / direction / variant / f"rep{rep}" / "meta.json"
+def trial_meta_path(raw_root: str | Path, definition_id: str, household: int, direction: str,
+                    variant: str, rep: int) -> Path:
+    return (Path(raw_root) / definition_id / str(household) / direction / variant / f"rep{rep}"
+            / "meta.json")
 
 
 def spec_from_config(cfg, household, direction: str, variant: str, repetition: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,9 +67,21 @@ def _run_on_a_slice(cfg, spec, raw_root: Path, say) -> Path:
             tb.close()
 
 
-def run_trial_job(smk) -> None:
-    """The trial rule: household record + config -> one complete trial directory."""
+#: Set (to anything but "" or 0) to make every trial job fail at once: re-analysis of pulled
+#: data, and the tests of it, must never start a measurement (README, docs/data.md).
+FORBID_TRIALS_ENV = "LATENCY_DIVIDE_FORBID_TRIALS"
 
+
+def trials_forbidden() -> bool:
+    return os.environ.get(FORBID_TRIALS_ENV, "") not in ("", "0")
+
+
+def run_trial_job(smk) -> None:
+    """The trial rule: config + wildcards -> one complete trial directory."""
+    if trials_forbidden():
+        raise SystemExit(f"[latency-divide] refusing to measure {smk.output.meta}: "
+                         f"{FORBID_TRIALS_ENV} is set (this run was meant to re-analyse existing "
+                         "trials only; a trial it wants is missing or was asked for again)")
     # Snakemake stops jobs with SIGTERM: turn it into an exception so `finally` blocks tear
     # the topology down and remove the temporary trial directory.
     interrupt_on_sigterm()
@@ -78,11 +91,10 @@ def run_trial_job(smk) -> None:
 
 def _trial_job(smk, log) -> None:
     from .config import load_config
-    from .households import Household
+    from .households import get_household
     from .progress import progress
     from .provenance import config_hash
     from .trial import (
-        check_linkplan,
         live_topologies,
         nominal_trial_s,
         run_trial_with_retries,
@@ -97,16 +109,20 @@ def _trial_job(smk, log) -> None:
 
     cfg = load_config(dict(smk.config))
     w = smk.wildcards
-    household = Household.from_dict(json.loads(Path(smk.input.record).read_text()))
+    household = get_household(int(w.household), cfg.buckets)
     meta = Path(smk.output.meta)
-    raw_root = meta.parents[4]
+    raw_root = meta.parents[5]
     spec = spec_from_config(cfg, household, w.direction, w.variant, int(w.rep),
                             config_hash=config_hash(dict(smk.config)))
-    check_linkplan(spec, json.loads(Path(smk.input.plan).read_text()))
+    wanted = spec.definition_id(cfg.testbed.kind)
+    if wanted != w.definition:
+        raise SystemExit(f"[latency-divide] {meta}: this config defines variant {w.variant!r} "
+                         f"as {wanted}, not {w.definition}: a trial of another definition is "
+                         "measured only by the config that defines it")
     expected = [trial_meta_path(raw_root, *t) for t in trial_ids(cfg)]
     # before the first trial of the run ends, trials running now stand in for the parallelism
     say(progress(expected, RUN_START, nominal_trial_s(cfg),
-                 parallel=live_topologies() + 1).line(spec.trial_id))
+                 parallel=live_topologies() + 1).line(f"{wanted}/{spec.trial_id}"))
     try:
         if cfg.testbed.kind == "ssh":
             d = _run_on_a_slice(cfg, spec, raw_root, say)
