@@ -35,8 +35,18 @@ HOUSEHOLDS = [799254, 13570]
 TEST_CONFIG = "config/dvc-test.yaml"
 WORKFLOW_FILES = ["Snakefile", "rules", "workflow", "config", "envs", "resources", "dvc.yaml",
                   ".dvcignore", ".dvc/config", ".dvc/.gitignore"]
-# Files of those trials (9 each when made: meta.json, logs, tool JSON summaries).
-NFILES = sum(1 for h in HOUSEHOLDS for p in (FIXTURES / str(h)).rglob("*") if p.is_file())
+# Those trials (in the definition layout: def-<hash>/<household>/...) and their files (9 each
+# when made: meta.json, logs, tool JSON summaries), plus each definition's definition.json.
+FIXTURE_TRIALS = sorted(p.parent for p in FIXTURES.glob("def-*/*/*/*/rep*/meta.json")
+                        if int(p.parts[-5]) in HOUSEHOLDS)
+DEFINITIONS = sorted({d.parents[3].name for d in FIXTURE_TRIALS})
+NFILES = sum(1 for d in FIXTURE_TRIALS for p in d.rglob("*") if p.is_file()) + len(DEFINITIONS)
+
+
+def trial_path(household: int, direction: str, variant: str) -> str:
+    """results/raw/<definition id>/<household>/<direction>/<variant>/rep1 of a fixture."""
+    (d,) = [d for d in FIXTURE_TRIALS if d.parts[-4:-1] == (str(household), direction, variant)]
+    return "results/raw/" + d.relative_to(FIXTURES).as_posix()
 TABLE = "results/tables/trials.parquet"
 FIGURE = "results/figures/delay_tput.pdf"
 
@@ -82,6 +92,7 @@ def _test_config() -> dict:
     cfg["variants"] = [{"name": "cubic", "cc": "cubic"},
                        {"name": "copa-0.5", "cc": "copa", "delta": 0.5}]
     cfg["trial"]["repetitions"] = 1
+    cfg["trial"]["idle_s"] = 1.5  # the fixtures' definition (tests/data/trials/regenerate.py)
     return cfg
 
 
@@ -101,8 +112,10 @@ def published(tmp_path_factory) -> dict:
     (src / TEST_CONFIG).write_text(yaml.safe_dump(_test_config(), sort_keys=False))
     (src / ".gitignore").write_text("/results/*\n/logs/\n/.snakemake/\n")
     raw = src / "results" / "raw"
-    for h in HOUSEHOLDS:
-        shutil.copytree(FIXTURES / str(h), raw / str(h))
+    for d in FIXTURE_TRIALS:
+        shutil.copytree(d, raw / d.relative_to(FIXTURES))
+    for name in DEFINITIONS:
+        shutil.copy2(FIXTURES / name / "definition.json", raw / name / "definition.json")
     run(["git", "init", "-q"], src, env)
     pub = run([str(VENV_BIN / "latency-divide"), "publish"], src, env)
     run(["git", "add", "-A"], src, env)
@@ -125,7 +138,7 @@ def test_publish_records_every_file_and_fills_the_remote(published):
     (out,) = lock["stages"]["trials"]["outs"]
     assert out["path"] == "results/raw" and out["md5"].endswith(".dir")
     files = sorted(p for p in (src / "results" / "raw").rglob("*") if p.is_file())
-    assert out["nfiles"] == len(files) == NFILES and NFILES >= 4 * 6
+    assert out["nfiles"] == len(files) == NFILES and NFILES >= 4 * 6 + 2
     # the .dir manifest (in the committed remote) lists every file with its own md5
     obj = out["md5"].removesuffix(".dir")
     manifest = json.loads((src / "dvc-remote" / "files" / "md5" / obj[:2] /
@@ -141,9 +154,6 @@ def test_publish_records_every_file_and_fills_the_remote(published):
 
 @pytest.mark.slow
 def test_clone_pull_reanalysis_runs_no_trial(published):
-    snakefile = (ROOT / "Snakefile").read_text()
-    if 'include: "rules/figures.smk"' not in snakefile:
-        pytest.skip("Snakefile does not include rules/analysis.smk and rules/figures.smk yet")
     clone = clone_and_pull(published, "reanalysis")
     env = published["env"]
     assert len([p for p in (clone / "results/raw").rglob("*") if p.is_file()]) == NFILES
@@ -151,11 +161,12 @@ def test_clone_pull_reanalysis_runs_no_trial(published):
     assert f"OK: {NFILES} tracked files" in ok.stdout
     # no .snakemake metadata, no households/links, fresh mtimes: the trials must still count
     p = run([str(VENV_BIN / "snakemake"), "--cores", "1", TABLE, FIGURE,
-             "--configfile", TEST_CONFIG], clone, env, timeout=900)
+             "--configfile", TEST_CONFIG], clone, {**env, "LATENCY_DIVIDE_FORBID_TRIALS": "1"},
+            timeout=900)
     jobs = job_counts(p.stdout + p.stderr)
     assert jobs, p.stdout + p.stderr
-    assert "trial" not in jobs and "household" not in jobs and "linkplan" not in jobs, jobs
-    assert jobs.get("analysis_tables") == 1 and jobs.get("figure_delay_tput") == 1, jobs
+    assert "trial" not in jobs, jobs
+    assert jobs.get("analysis_tables") == 1 and jobs.get("figures") == 1, jobs
     assert (clone / TABLE).stat().st_size > 0 and (clone / FIGURE).stat().st_size > 0
     # the raw data are untouched by the analysis
     assert run([str(VENV_BIN / "latency-divide"), "verify"], clone, env).returncode == 0
@@ -166,7 +177,7 @@ def test_clone_pull_reanalysis_runs_no_trial(published):
     assert f"results/raw  dvc.lock stage trials  md5 {dir_md5}" in t.stdout, t.stdout
     for h in HOUSEHOLDS:
         assert str(h) in t.stdout
-    meta = "results/raw/799254/uplink/cubic/rep1"
+    meta = trial_path(799254, "uplink", "cubic")
     assert f"meta.json md5 {md5_file(clone / meta / 'meta.json')}" in t.stdout, t.stdout
 
 
@@ -175,9 +186,9 @@ def test_verify_names_corrupted_and_missing_files(published):
     env = published["env"]
     cli = str(VENV_BIN / "latency-divide")
     assert run([cli, "verify"], clone, env).returncode == 0
-    corrupt = "results/raw/13570/uplink/copa-0.5/rep1/ping.log.gz"
-    gone = "results/raw/799254/uplink/cubic/rep1/meta.json"
-    extra = "results/raw/799254/uplink/cubic/rep1/notes.txt"
+    corrupt = trial_path(13570, "uplink", "copa-0.5") + "/ping.log.gz"
+    gone = trial_path(799254, "uplink", "cubic") + "/meta.json"
+    extra = trial_path(799254, "uplink", "cubic") + "/notes.txt"
     with open(clone / corrupt, "r+b") as f:  # flip one byte, same size
         b = f.read(1)
         f.seek(0)
@@ -192,10 +203,12 @@ def test_verify_names_corrupted_and_missing_files(published):
     assert any(line.split()[:2] == ["UNTRACKED", f"{extra}:"] for line in lines), p.stdout
     assert f"{NFILES - 2} intact, 1 missing, 1 corrupted" in p.stdout
     # a part of the tracked directory: only its files are checked
-    p = run([cli, "verify", "results/raw/13570"], clone, env, check=False)
+    part = trial_path(13570, "uplink", "copa-0.5").rsplit("/", 3)[0]  # .../<def>/13570
+    p = run([cli, "verify", part], clone, env, check=False)
     assert p.returncode == 2 and corrupt in p.stdout and gone not in p.stdout
-    rep = verify(clone / "results/raw/13570/uplink/cubic", repo=clone)
-    n = sum(1 for p in (FIXTURES / "13570/uplink/cubic").rglob("*") if p.is_file())
+    cubic = trial_path(13570, "uplink", "cubic")
+    rep = verify(clone / cubic, repo=clone)
+    n = sum(1 for p in (FIXTURES / cubic.removeprefix("results/raw/")).rglob("*") if p.is_file())
     assert rep.ok and rep.checked == n and not rep.findings
     # `dvc checkout` restores both from the cache: verify agrees again
     (clone / extra).unlink()
@@ -217,7 +230,7 @@ def test_verify_errors_name_the_problem(published, tmp_path):
     man.write_text(man.read_text().replace('"relpath"', '"relpath" ', 1))
     with pytest.raises(DataCheckError, match=r"manifest .*\.dir of results/raw .* corrupted"):
         verify(clone / "results/raw", repo=clone)
-    assert trial_files(["results/raw/13570/uplink/cubic/rep1"], clone)[0].files == {}
+    assert trial_files([trial_path(13570, "uplink", "cubic")], clone)[0].files == {}
     p = run([cli, "verify"], clone, env, check=False)
     assert p.returncode == 1 and "run `dvc fetch`" in p.stderr
 
@@ -229,7 +242,7 @@ def test_publish_refuses_over_the_size_limit(published):
     run([DVC, "pull"], clone, env)
     before = sorted(p.relative_to(clone).as_posix() for p in (clone / "dvc-remote").rglob("*"))
     # a new file in the raw data: publishing it would need more than the (tiny) limit
-    (clone / "results/raw/13570/uplink/cubic/rep1/extra.log").write_text("x" * 5000)
+    (clone / trial_path(13570, "uplink", "cubic") / "extra.log").write_text("x" * 5000)
     p = run([str(VENV_BIN / "latency-divide"), "publish", "--limit-mb", "0.01"], clone, env,
             check=False)
     assert p.returncode == 1 and "over the limit of 10000 bytes: nothing pushed" in p.stderr
@@ -256,30 +269,3 @@ def test_repro_keeps_raw_logs(published):
     lock = yaml.safe_load((clone / "dvc.lock").read_text())
     assert lock["stages"]["trials"]["outs"][0]["nfiles"] == NFILES
     assert run([str(VENV_BIN / "latency-divide"), "verify"], clone, env).returncode == 0
-
-
-@pytest.mark.slow
-def test_the_published_reference_dataset_reanalyses_from_a_fresh_clone(tmp_path):
-    """The repository's own published data (dvc-remote/, pinned by dvc.lock): a fresh clone,
-    `dvc pull`, `latency-divide verify`, then the paper's figure from the pulled trials with no
-    trial run, and `trace` names the households."""
-    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())
-    outs = [o for o in lock["stages"]["trials"]["outs"] if o["path"] == "results/raw"]
-    assert outs and outs[0]["nfiles"] > 0, "dvc.lock pins no published raw data"
-    env = _env(tmp_path)
-    clone = tmp_path / "clone"
-    run(["git", "clone", "--quiet", str(ROOT), str(clone)], tmp_path, env)
-    run([DVC, "pull", "--quiet"], clone, env, timeout=900)
-    v = run([str(VENV_BIN / "latency-divide"), "verify"], clone, env)
-    assert "OK" in v.stdout, v.stdout
-    p = run([str(VENV_BIN / "snakemake"), "--cores", "2", FIGURE], clone, env, timeout=1200)
-    jobs = job_counts(p.stdout + p.stderr)
-    assert "trial" not in jobs, jobs
-    assert (clone / FIGURE).stat().st_size > 0
-    ids = [h for b in yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-           ["households"]["buckets"] for h in b["ids"]]
-    assert {int(m.parts[-5]) for m in (clone / "results" / "raw").rglob("meta.json")} == set(ids)
-    t = run([str(VENV_BIN / "latency-divide"), "trace", FIGURE], clone, env)
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    for bucket in cfg["households"]["buckets"]:
-        assert str(bucket["ids"][0]) in t.stdout

@@ -12,7 +12,7 @@ from scipy import stats
 from latency_divide import figures, provenance, tables
 
 TRIALS = Path(__file__).parent / "data" / "trials"
-DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
+DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def built(tmp_path_factory):
     for name in figures.FIGURES:
         recs[name] = figures.build_figure(
             name, root / "tables", root / f"{name}.pdf", root / f"{name}.png",
-            root / f"{name}.provenance.json", config={"k": 1}, household_order=[799254, 9254])
+            root / f"{name}.provenance.json", household_order=[799254, 9254])
     return root, t, recs
 
 

@@ -56,7 +56,7 @@ def _meta(root, household, start, *, proc_lead=1.0, setup=0.5, idle=5.0, transfe
     t0 = start + setup + idle
     t1 = t0 + transfer
     end = t1 + tail + teardown
-    d = root / str(household) / "downlink" / "cubic" / "rep1"
+    d = root / "def-0123456789" / str(household) / "downlink" / "cubic" / "rep1"
     d.mkdir(parents=True)
     m = d / "meta.json"
     m.write_text(json.dumps({

@@ -10,7 +10,7 @@ from latency_divide import provenance, tables
 from latency_divide.cli import main as cli_main
 
 TRIALS = Path(__file__).parent / "data" / "trials"
-DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
+DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 
 
 @pytest.fixture
@@ -18,15 +18,15 @@ def setup(tmp_path, monkeypatch):
     """A working tree in tmp: raw trials, trials table, a 'figure' and its sidecar; relative
     paths as the workflow records them."""
     monkeypatch.chdir(tmp_path)
-    for d in DIRS:
-        shutil.copytree(d, Path("results/raw") / d.relative_to(TRIALS))
-    dirs = sorted(p.parent for p in Path("results/raw").glob("*/*/*/rep*/meta.json"))
+    shutil.copytree(TRIALS, Path("results/raw"), ignore=shutil.ignore_patterns("*.py"))
+    dirs = sorted(p.parent for p in Path("results/raw").glob("def-*/*/*/*/rep*/meta.json"))
+    assert len(dirs) == len(DIRS)
     t = tables.build_tables(dirs, Path("results/tables"))
     fig = Path("results/figures/x.pdf")
     fig.parent.mkdir(parents=True)
     fig.write_bytes(b"%PDF-1.4 stand-in bytes for hashing\n")
     rec = provenance.build_sidecar(fig, [fig], t.trials, tables=["results/tables/trials.parquet"],
-                                   config={"qfactor": 2, "directions": ["uplink"]}, git_rev="abc")
+                                   git_rev="abc")
     provenance.write_sidecar(rec, provenance.sidecar_path(fig))
     return fig, rec, t
 
@@ -42,7 +42,14 @@ def test_sidecar_content(setup):
     assert set(first["files"]) == {f.name for f in d.iterdir()}
     assert first["files"]["meta.json"] == provenance.sha256_file(d / "meta.json")
     assert side["git_revision"] == "abc"
-    assert side["config_hash"] == provenance.config_hash({"directions": ["uplink"], "qfactor": 2})
+    # each trial names its own definition (and the definitions are listed), not the config of
+    # the run that drew the figure
+    assert "config_hash" not in side
+    assert set(side["definitions"]) == {"def-062df6263f", "def-278b1e4ad6"}
+    assert side["definitions"]["def-278b1e4ad6"]["variant"] == {"cc": "copa", "delta": 0.5}
+    assert side["definitions"]["def-062df6263f"]["trial"]["duration_s"] == 5.0
+    meta = json.loads((d / "meta.json").read_text())
+    assert first["definition_id"] == meta["definition_id"] == d.parts[2]
     assert side["outputs"][str(fig)] == provenance.sha256_file(fig)
 
 
@@ -58,6 +65,7 @@ def test_verify_ok_and_trace_output(setup, capsys):
     assert cli_main(["trace", str(fig)]) == 0
     out = capsys.readouterr().out
     assert "0-30: 13570, 799254" in out and "30-40: 9254" in out
+    assert "def-278b1e4ad6: copa delta=0.5; tquic-perf window=65536; duration=5s idle=1.5s" in out
     assert "verified:     OK" in out
     assert cli_main(["trace", str(fig), "--files"]) == 0
     assert rec["trials"][0]["files"]["queue.jsonl.gz"] in capsys.readouterr().out

@@ -21,11 +21,12 @@ from latency_divide import tables
 from latency_divide.cli import main as cli_main
 
 TRIALS = Path(__file__).parent / "data" / "trials"
-DIRS = sorted(p.parent for p in TRIALS.glob("*/*/*/rep*/meta.json"))
+DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 
 
 def test_fixtures_present_and_small():
-    assert len(DIRS) == 5
+    assert len(DIRS) == 5 and {d.parents[3].name for d in DIRS} == {
+        "def-062df6263f", "def-278b1e4ad6"}
     total = sum(f.stat().st_size for d in DIRS for f in d.rglob("*") if f.is_file())
     assert total < 300_000
 
@@ -115,7 +116,8 @@ def test_timeseries_keyed_and_relative_to_transfer_start(built):
     t, _ = built
     for name in ("ping", "queue", "throughput"):
         df = getattr(t, name)
-        assert list(df.columns[:5]) == ["household_id", "direction", "variant", "repetition", "t_s"]
+        assert list(df.columns[:6]) == ["definition_id", "household_id", "direction", "variant",
+                                       "repetition", "t_s"]
         assert df.groupby(list(tables.KEYS)).ngroups == 5
     d = DIRS[0]
     meta = json.loads((d / "meta.json").read_text())
@@ -168,9 +170,62 @@ def test_summary_averages_repetitions_within_household_first(built):
 
 
 def copy_trial(d: Path, dst_root: Path) -> Path:
+    """A fixture trial and its definition.json, in the raw layout under ``dst_root``."""
     dst = dst_root / d.relative_to(TRIALS)
     shutil.copytree(d, dst)
+    defn = d.parents[3] / "definition.json"
+    if not (dst.parents[3] / "definition.json").exists():
+        shutil.copy2(defn, dst.parents[3] / "definition.json")
     return dst
+
+
+def test_build_tables_lists_exclusions_with_their_reason(tmp_path):
+    dirs = [copy_trial(d, tmp_path / "raw") for d in DIRS]
+    text = raw_text(dirs[1], "receiver.log")
+    cut = text[: text.index("Received ")]  # the tool failed: no transfer summary
+    (dirs[1] / "receiver.log.gz").write_bytes(gzip.compress(cut.encode()))
+    with pytest.warns(tables.TrialSkipped):
+        t = tables.build_tables(dirs, tmp_path / "tables", repo=None)
+    ex = tables.read_table(tmp_path / "tables" / "exclusions.parquet", "exclusions")
+    assert len(t.trials) == 4 and len(ex) == 1
+    row = ex.iloc[0]
+    assert row["trial_path"] == dirs[1].as_posix()
+    assert row["reason"] == "receiver.log is truncated (no complete transfer summary)"
+    assert row["definition_id"] == dirs[1].parents[3].name
+    assert row["household_id"] == int(dirs[1].parts[-4]) and row["repetition"] == 1
+
+
+def test_build_tables_stops_on_a_damaged_trial_and_writes_nothing(tmp_path):
+    from latency_divide.integrity import DataIntegrityError
+
+    dirs = [copy_trial(d, tmp_path / "raw") for d in DIRS]
+    (dirs[0] / "ping.log.gz").unlink()
+    raw = bytearray((dirs[2] / "queue.jsonl.gz").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (dirs[2] / "queue.jsonl.gz").write_bytes(bytes(raw))
+    meta = json.loads((dirs[3] / "meta.json").read_text())
+    meta["definition"]["qfactor"] = 4.0
+    (dirs[3] / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataIntegrityError) as e:
+        tables.build_tables(dirs, tmp_path / "tables", repo=None)
+    msg = str(e.value)
+    assert f"{dirs[0]}/ping.log: missing (nor ping.log.gz)" in msg
+    assert f"{dirs[2]}/queue.jsonl.gz: not a readable gzip file" in msg
+    assert f"{dirs[3]}/meta.json: records definition" in msg
+    assert "dvc checkout --force" in msg
+    assert not (tmp_path / "tables").exists()
+
+
+def test_a_trial_in_the_wrong_definition_directory_is_refused(tmp_path):
+    from latency_divide.integrity import check_trial
+
+    d = copy_trial(DIRS[0], tmp_path / "raw")
+    other = next(x for x in DIRS if x.parents[3].name != DIRS[0].parents[3].name)
+    wrong = tmp_path / "raw" / other.parents[3].name / d.relative_to(d.parents[3])
+    copy_trial(other, tmp_path / "raw")
+    shutil.copytree(d, wrong)
+    found = [str(f) for f in check_trial(wrong)]
+    assert any("was not measured under" in f and "variant." in f for f in found), found
 
 
 def test_missing_file_and_truncated_log_are_named_and_left_out(tmp_path):

@@ -14,15 +14,15 @@ import pytest
 import yaml
 
 from latency_divide import topology
-from latency_divide.config import ToolSettings, Variant
+from latency_divide.config import ToolSettings, Variant, load_config
+from latency_divide.errors import TrialError
 from latency_divide.households import get_household
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.rawio import read_text
 from latency_divide.runners import pid_alive
-from latency_divide.errors import TrialError
-from latency_divide.trial import TrialSpec, repo_root, run_trial
+from latency_divide.trial import TrialSpec, repo_root, run_trial, trial_ids, trial_meta_path
 
 from netns_util import needs_root
 
@@ -76,8 +76,14 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
                      variant=Variant(name="copa-0.5", cc="copa", delta=0.5), duration_s=4,
                      idle_s=1.0)
     d = run_trial(spec, tmp_path)
-    assert d == tmp_path / "9747" / "uplink" / "copa-0.5" / "rep1"
+    assert d == tmp_path / spec.definition_id() / "9747" / "uplink" / "copa-0.5" / "rep1"
     meta = json.loads((d / "meta.json").read_text())
+    # the trial's definition: recorded, in its directory's definition.json, and in its path
+    defn = json.loads((d.parents[3] / "definition.json").read_text())
+    assert meta["definition"] == defn["definition"] == spec.definition()
+    assert meta["definition_id"] == defn["id"] == d.parts[-5]
+    assert defn["definition"]["variant"] == {"cc": "copa", "delta": 0.5}
+    assert defn["definition"]["trial"]["duration_s"] == 4.0
     assert meta["tool"]["sender_node"] == "cli" and meta["tool"]["receiver_node"] == "srv"
     assert meta["tool"]["sender_argv"][meta["tool"]["sender_argv"].index("-host") + 1] == \
         topology.CLIENT_ADDR
@@ -170,8 +176,10 @@ def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
     wf = _workflow_copy(tmp_path)
     cfg = _config(wf, duration_s=4, idle_s=1)
     hh = yaml.safe_load(cfg.read_text())["households"]["buckets"][0]["ids"][0]
-    metas = [wf / "results" / "raw" / str(hh) / d / "cubic" / "rep1" / "meta.json"
-             for d in ("uplink", "downlink")]
+    run = load_config(str(cfg))
+    metas = [trial_meta_path(wf / "results" / "raw", *t) for t in trial_ids(run)
+             if t[1] == hh and t[3] == "cubic"]
+    assert [m.parts[-4] for m in metas] == ["uplink", "downlink"]
     cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--configfile", str(cfg)]
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE,

@@ -100,10 +100,13 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool", choices=["tquic-perf", "tperf"], default="tquic-perf")
     p.add_argument("--tool-path", help="traffic tool binary (required for tperf)")
     p.add_argument("--window", type=int, default=65536, help="receiver window, bytes")
+    p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
+                   help="an extra flag for both ends of the tool, e.g. --tool-arg=-gso=false "
+                        "(repeatable; part of the trial's definition)")
     p.add_argument("--ping-interval", type=float, default=0.2, help="ping interval, s")
     p.add_argument("--retries", type=int, default=0, help="retries on transient failures")
     p.add_argument("--out", required=True, help="root of the raw layout; the trial goes to "
-                   "OUT/<household>/<direction>/<variant>/rep<r>/")
+                   "OUT/<definition id>/<household>/<direction>/<variant>/rep<r>/")
     p.add_argument("--inventory", help="run on an SSH testbed described by this inventory "
                    "(docs/remote-testbed.md) instead of local namespaces")
     p.add_argument("--slice", help="the inventory's slice to use (default: the first)")
@@ -128,7 +131,8 @@ def _trial(args) -> int:
             household=get_household(args.household), direction=args.direction, variant=variant,
             repetition=args.repetition, duration_s=args.duration, idle_s=args.idle,
             ping_interval_s=args.ping_interval, qfactor=args.qfactor, delay=args.delay,
-            tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window))
+            tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
+                              args=tuple(args.tool_arg)))
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

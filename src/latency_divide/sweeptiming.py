@@ -84,9 +84,9 @@ def _median(xs):
 
 
 def sweep_timing(raw_root: Path, slots: int | None = None) -> dict:
-    """The timing summary of every trial under ``raw_root`` (its */*/*/rep*/meta.json).
+    """The timing summary of every trial under ``raw_root`` (its def-*/*/*/*/rep*/meta.json).
     ``slots`` is the N of ``--cores N``; by default the most trials seen running at once."""
-    metas = sorted(Path(raw_root).glob("*/*/*/rep*/meta.json"))
+    metas = sorted(Path(raw_root).glob("def-*/*/*/*/rep*/meta.json"))
     if not metas:
         raise FileNotFoundError(f"no trial meta.json under {raw_root}")
     trials = [trial_timing(m) for m in metas]

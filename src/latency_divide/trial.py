@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -35,6 +36,8 @@ from .runners import LocalRunner
 DIRECTIONS = ("uplink", "downlink")
 CCS = ("cubic", "copa", "bbr", "bbr3")
 TOOLS = ("tquic-perf", "tperf")
+#: An extra tool flag (config tool.args, --tool-arg): the same rule as config/schema.yaml.
+TOOL_ARG = re.compile(r"\A-[A-Za-z0-9_][A-Za-z0-9_.,:=/+-]{0,198}\Z")
 PORT = 5550  # the paper's first tperf port; each trial has its own namespaces
 TPERF_HELP = (
     "mvfst's tperf is not packaged anywhere: build mvfst with tests on "
@@ -78,6 +81,10 @@ class TrialSpec:
             raise ValueError(f"delta {v.delta} is outside (0, 1]")
         if v.delta is not None and v.cc != "copa":
             raise ValueError(f"delta is only meaningful for copa, not {v.cc!r}")
+        for arg in self.tool.args:
+            if not isinstance(arg, str) or not TOOL_ARG.match(arg):
+                raise ValueError(f"tool argument {arg!r}: a flag like -name or -name=value "
+                                 "(letters, digits and _.,:=/+- only, at most 200 characters)")
         if self.tool.name not in TOOLS:
             raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
         if self.direction not in DIRECTIONS:

@@ -1,0 +1,90 @@
+"""Benchmark: re-analysis of the published data on a fresh clone, as the README says it:
+
+    git clone <repo> c && cd c         (with .venv linked in, as scripts/setup.sh would make it)
+    .venv/bin/dvc pull
+    .venv/bin/snakemake --cores 1 all
+
+Trial jobs are forbidden (LATENCY_DIVIDE_FORBID_TRIALS=1): the run fails if it would measure.
+Prints the wall clock of each step per run and the medians over the runs; the goal is 30 s or
+less for pull + all on a 2-core machine.
+
+    .venv/bin/python bench/bench_reanalysis.py [--runs 3] [--repo .]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed(argv: list[str], cwd: Path, env: dict) -> tuple[float, str]:
+    t0 = time.monotonic()
+    p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    dt = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return dt, p.stdout + p.stderr
+
+
+def rule_times(log: str) -> dict[str, float]:
+    """Seconds per rule from Snakemake's '[timestamp] ... rule X:' / 'Finished jobid' lines."""
+    out: dict[str, float] = {}
+    current, start = None, None
+    stamp = None
+    for line in log.splitlines():
+        m = re.match(r"\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]", line)
+        if m:
+            stamp = time.mktime(time.strptime(m.group(1), "%a %b %d %H:%M:%S %Y"))
+            continue
+        m = re.match(r"\s*(?:local)?rule (\w+):", line)
+        if m:
+            current, start = m.group(1), stamp
+            continue
+        m = re.match(r"Finished jobid: \d+ \(Rule: (\w+)\)", line)
+        if m and current == m.group(1) and start is not None and stamp is not None:
+            out[current] = out.get(current, 0.0) + stamp - start
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--repo", default=str(ROOT), help="repository to clone (default: this one)")
+    args = ap.parse_args()
+    env = {**os.environ, "LATENCY_DIVIDE_FORBID_TRIALS": "1", "DVC_NO_ANALYTICS": "1"}
+    pulls, alls, totals = [], [], []
+    for i in range(1, args.runs + 1):
+        with tempfile.TemporaryDirectory(prefix="ld-bench-reanalysis-") as tmp:
+            clone = Path(tmp) / "c"
+            subprocess.run(["git", "clone", "-q", args.repo, str(clone)], check=True)
+            (clone / ".venv").symlink_to(ROOT / ".venv")
+            t_pull, _ = timed([".venv/bin/dvc", "pull", "-q"], clone, env)
+            t_all, log = timed([".venv/bin/snakemake", "--cores", "1", "all"], clone, env)
+            if re.search(r"^\s*trial\s+\d+", log, re.M):
+                sys.exit("the run scheduled trials: re-analysis is broken")
+            n = len(list((clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")))
+            per_rule = ", ".join(f"{k} {v:.0f} s" for k, v in rule_times(log).items())
+            print(f"run {i}: {n} trials; dvc pull {t_pull:.1f} s, snakemake --cores 1 all "
+                  f"{t_all:.1f} s, total {t_pull + t_all:.1f} s ({per_rule})", flush=True)
+            pulls.append(t_pull)
+            alls.append(t_all)
+            totals.append(t_pull + t_all)
+            shutil.rmtree(clone, ignore_errors=True)
+    med = statistics.median
+    print(f"median of {args.runs}: dvc pull {med(pulls):.1f} s, snakemake --cores 1 all "
+          f"{med(alls):.1f} s, total {med(totals):.1f} s (goal <= 30 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

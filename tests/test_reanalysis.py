@@ -1,0 +1,289 @@
+"""Re-analysis of the published data, exactly as the README tells a user to do it:
+
+    .venv/bin/dvc pull
+    .venv/bin/snakemake --cores 1 all
+
+on a fresh clone of this working tree (its tracked and new files, committed into a throwaway
+repository and cloned), pulling from the in-repo remote dvc-remote/. Trial execution is made
+impossible (LATENCY_DIVIDE_FORBID_TRIALS): a regression that schedules a measurement fails the
+job at once instead of starting hours of trials. Then: corrupted or incomplete pulled data
+stops the analysis with the trial and the file named; a changed trial-shaping setting
+schedules new trials and a code edit or an unrelated key none; dvc.lock is current.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import ROOT, VENV_BIN
+
+pytestmark = pytest.mark.slow
+
+DVC = str(VENV_BIN / "dvc")
+SNAKEMAKE = str(VENV_BIN / "snakemake")
+CLI = str(VENV_BIN / "latency-divide")
+FIGURES = ["delay_tput", "self_delay", "timeseries", "divide"]
+TABLES = ["trials", "summary", "exclusions", "timeseries/ping", "timeseries/queue",
+          "timeseries/throughput", "households"]
+# what the published config's trials recorded as their configuration's hash
+PUBLISHED_CONFIG_HASH = "b43589888ee2296447ec199076f3325ceec02854d3274710852fad0d5fd707dd"
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    from test_dvc import _env as dvc_env
+
+    env = dvc_env(tmp)
+    env["LATENCY_DIVIDE_FORBID_TRIALS"] = "1"
+    return env
+
+
+def run(argv, cwd: Path, env, check: bool = True, timeout: float = 900):
+    p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{argv} exited {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n"
+                             f"--- stderr\n{p.stderr[-4000:]}")
+    return p
+
+
+def job_counts(output: str) -> dict[str, int]:
+    from test_dvc import job_counts as counts
+
+    return counts(output)
+
+
+def fresh_clone(tmp: Path, env) -> Path:
+    """A clone of a repository holding exactly this working tree's files (tracked, and new
+    ones git does not ignore), with .venv linked in as setup would have made it."""
+    (tmp / "gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    origin = tmp / "origin"
+    for f in (x.decode() for x in files if x):
+        src = ROOT / f
+        if not src.is_file():  # deleted in the working tree
+            continue
+        dst = origin / f
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    run(["git", "init", "-q"], origin, env)
+    run(["git", "add", "-A"], origin, env)
+    run(["git", "commit", "-q", "-m", "working tree"], origin, env)
+    clone = tmp / "clone"
+    run(["git", "clone", "-q", str(origin), str(clone)], tmp, env)
+    (clone / ".venv").symlink_to(ROOT / ".venv")
+    return clone
+
+
+def raw_state(clone: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under results/raw: (inode, mtime, md5)."""
+    import hashlib
+
+    out = {}
+    for p in sorted((clone / "results/raw").rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out[p.relative_to(clone).as_posix()] = (st.st_ino, st.st_mtime_ns,
+                                                    hashlib.md5(p.read_bytes()).hexdigest())
+    return out
+
+
+@pytest.fixture(scope="module")
+def pulled(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reanalysis")
+    env = _env(tmp)
+    clone = fresh_clone(tmp, env)
+    run([DVC, "pull"], clone, env)  # the README's first command, as typed
+    return {"clone": clone, "env": env, "tmp": tmp}
+
+
+def published_trials(clone: Path) -> list[Path]:
+    return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json"))
+
+
+def test_dvc_status_lists_no_changed_dependency(pulled):
+    """dvc.lock was written for this code, config and data (`make lock` re-records it)."""
+    p = run([DVC, "status", "--json"], pulled["clone"], pulled["env"])
+    status = json.loads(p.stdout or "{}")
+    changed = {stage: [e for e in entries if isinstance(e, dict) and "changed deps" in e]
+               for stage, entries in status.items()}
+    changed = {k: v for k, v in changed.items() if v}
+    assert not changed, f"dvc.lock is stale (run `make lock` and commit dvc.lock): {changed}"
+
+
+def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pulled):
+    clone, env = pulled["clone"], pulled["env"]
+    before = raw_state(clone)
+    trials = published_trials(clone)
+    assert len(trials) == 304
+    # the README's second command, as typed (the env forbids trial jobs: one would fail)
+    p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
+    log = p.stdout + p.stderr
+    jobs = job_counts(log)
+    assert "trial" not in jobs, jobs
+    assert jobs.get("analysis_tables") == 1 and jobs.get("figures") == 1, jobs
+    assert "refusing to measure" not in log
+    assert raw_state(clone) == before  # no file under results/raw deleted, rewritten or added
+    for t in TABLES:
+        assert (clone / f"results/tables/{t}.parquet").stat().st_size > 0, t
+    for f in FIGURES:
+        for ext in ("pdf", "png", "provenance.json"):
+            assert (clone / f"results/figures/{f}.{ext}").stat().st_size > 0
+    tr = pq.read_table(clone / "results/tables/trials.parquet").to_pandas()
+    assert len(tr) == 304 and tr["definition_id"].nunique() == 4
+    assert (tr["config_hash"] == PUBLISHED_CONFIG_HASH).all()
+    assert pq.read_table(clone / "results/tables/exclusions.parquet").num_rows == 0
+    # the same command again: nothing to do
+    again = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_figures_name_each_trials_definition_and_config(pulled):
+    clone, env = pulled["clone"], pulled["env"]
+    if not (clone / "results/figures/delay_tput.provenance.json").exists():
+        run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
+    side = json.loads((clone / "results/figures/delay_tput.provenance.json").read_text())
+    assert "config_hash" not in side  # no run-wide hash of the config that drew the figure
+    defs = side["definitions"]
+    assert len(defs) == 4
+    assert {d["variant"]["delta"] for d in defs.values()} == {None, 0.2, 0.5, 0.8}
+    assert all(d["qfactor"] == 2.0 and d["trial"]["duration_s"] == 60.0
+               and d["tool"]["window_bytes"] == 65536 for d in defs.values())
+    assert len(side["trials"]) == 304
+    for t in side["trials"]:
+        assert t["path"].startswith(f"results/raw/{t['definition_id']}/{t['household_id']}/")
+        assert t["config_hash"] == PUBLISHED_CONFIG_HASH
+    out = run([CLI, "trace", "results/figures/delay_tput.pdf"], clone, env).stdout
+    assert "definitions:  4" in out and "copa delta=0.8; tquic-perf window=65536" in out
+    assert re.search(r"results/raw/def-[0-9a-f]{10}/11406/uplink/cubic/rep1 .*def-[0-9a-f]{10}, "
+                     r"config b43589888ee2", out), out
+
+
+def _config(clone: Path) -> dict:
+    return yaml.safe_load((clone / "config/config.yaml").read_text())
+
+
+def _dry_run(clone: Path, env, cfg: dict | None = None) -> dict[str, int]:
+    argv = [SNAKEMAKE, "-n", "--cores", "1", "all"]
+    if cfg is not None:
+        (clone / "alt.yaml").write_text(yaml.safe_dump(cfg))
+        argv += ["--configfile", "alt.yaml"]
+    p = run(argv, clone, env)
+    return job_counts(p.stdout + p.stderr)
+
+
+@pytest.mark.parametrize("change", [
+    ("qfactor", 3), ("trial.duration_s", 30), ("tool.window_bytes", 1 << 22),
+    ("trial.ping_interval_s", 0.1), ("testbed.delay", "delayline"), ("tool.args", ["-x=1"]),
+])
+def test_a_trial_shaping_change_schedules_every_affected_trial_anew(pulled, change):
+    clone, env = pulled["clone"], pulled["env"]
+    key, value = change
+    cfg = _config(clone)
+    node = cfg
+    *parents, leaf = key.split(".")
+    for k in parents:
+        node = node[k]
+    node[leaf] = value
+    before = raw_state(clone)
+    assert _dry_run(clone, env, cfg).get("trial") == 304
+    assert raw_state(clone) == before
+
+
+def test_a_delta_change_reruns_that_variant_only(pulled):
+    cfg = _config(pulled["clone"])
+    cfg["variants"][2]["delta"] = 0.6  # copa-0.5 now means delta 0.6: 76 new trials
+    assert _dry_run(pulled["clone"], pulled["env"], cfg).get("trial") == 76
+
+
+def test_code_edits_figure_options_and_unrelated_keys_schedule_no_trial(pulled):
+    clone, env = pulled["clone"], pulled["env"]
+    cfg = _config(clone)
+    cfg["trial"]["retries"] = 5
+    cfg["figures"]["timeseries_household"] = 12251
+    cfg["tool"]["path"] = "target/release/tquic-perf"
+    for f in ("rules/analysis.smk", "rules/trials.smk", "workflow/scripts/run_trial.py"):
+        with open(clone / f, "a") as fh:
+            fh.write("\n# an edit\n")
+    try:
+        jobs = _dry_run(clone, env, cfg)
+        assert "trial" not in jobs, jobs
+    finally:
+        run(["git", "checkout", "--", "."], clone, env)
+
+
+def _analysis_fails(clone: Path, env, *needles: str) -> str:
+    shutil.rmtree(clone / "results/tables", ignore_errors=True)
+    shutil.rmtree(clone / "results/figures", ignore_errors=True)
+    p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-3000:]
+    for n in needles:
+        assert n in out, f"{n!r} not in the output:\n{out[-3000:]}"
+    assert "dvc checkout --force" in out and "dvc pull --force" in out
+    assert not (clone / "results/tables/trials.parquet").exists()
+    assert not (clone / "results/tables/exclusions.parquet").exists()
+    assert "trial" not in job_counts(out)
+    return out
+
+
+def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pulled):
+    clone, env = pulled["clone"], pulled["env"]
+    trials = published_trials(clone)
+    t1, t2, t3 = (p.relative_to(clone).as_posix() for p in (trials[0], trials[100], trials[200]))
+    # 1. a meta.json value edited after the pull (the capacity)
+    meta = clone / t1 / "meta.json"
+    meta.chmod(0o644)
+    m = json.loads(meta.read_text())
+    m["capacity_kbps"] = m["capacity_kbps"] * 2
+    meta.write_text(json.dumps(m, indent=2))
+    _analysis_fails(clone, env, f"{t1}/meta.json: modified", "capacity_kbps is")
+    # 2. a gzip log with 64 flipped bytes
+    run([DVC, "checkout", "--force"], clone, env)
+    log = clone / t2 / "queue.jsonl.gz"
+    data = bytearray(log.read_bytes())
+    for i in range(64):
+        data[len(data) // 2 + i] ^= 0xFF
+    log.write_bytes(bytes(data))
+    _analysis_fails(clone, env, f"{t2}/queue.jsonl.gz: modified",
+                    f"{t2}/queue.jsonl.gz: not a readable gzip file")
+    # 3. a deleted ping log
+    run([DVC, "checkout", "--force"], clone, env)
+    (clone / t3 / "ping.log.gz").unlink()
+    _analysis_fails(clone, env, f"{t3}/ping.log.gz: missing")
+    # the repair the message names works
+    run([DVC, "checkout", "--force"], clone, env)
+    run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
+    assert pq.read_table(clone / "results/tables/trials.parquet").num_rows == 304
+
+
+def test_publish_refuses_corrupted_and_out_of_layout_data(pulled):
+    clone, env = pulled["clone"], pulled["env"]
+    remote_before = sorted(p.name for p in (clone / "dvc-remote").rglob("*"))
+    lock_before = (clone / "dvc.lock").read_text()
+    t = published_trials(clone)[7]
+    with gzip.open(t / "ping.log.gz", "rb") as f:
+        text = f.read()
+    (t / "ping.log.gz").write_bytes(gzip.compress(text[: len(text) // 2]))  # valid gzip, cut
+    stray = clone / "results/raw/11406/uplink/cubic/rep1"
+    stray.mkdir(parents=True)
+    (stray / "meta.json").write_text("{}")
+    try:
+        p = run([CLI, "publish"], clone, env, check=False)
+        assert p.returncode != 0
+        rel = t.relative_to(clone).as_posix()
+        assert f"{rel}/ping.log.gz: modified" in p.stderr, p.stderr
+        assert "results/raw/11406: not a definition directory" in p.stderr, p.stderr
+        assert sorted(p.name for p in (clone / "dvc-remote").rglob("*")) == remote_before
+        assert (clone / "dvc.lock").read_text() == lock_before
+    finally:
+        shutil.rmtree(clone / "results/raw/11406")
+        run([DVC, "checkout", "--force"], clone, env)
