@@ -54,6 +54,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$UV" pip install --quiet --python .venv/bin/python --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# Byte-compile the environment once (and our package on every run: it is quick). Python reads
+# .pyc files even where PYTHONDONTWRITEBYTECODE keeps it from writing them; without them every
+# Snakemake job recompiles pandas, pyarrow and plotnine from source (seconds per job).
+pyc_stamp=.venv/.bytecode.sha256
+if [ "$(cat "$pyc_stamp" 2>/dev/null)" != "$want" ]; then
+  log "byte-compiling .venv"
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python3*/site-packages >/dev/null 2>&1 || true
+  echo "$want" > "$pyc_stamp"
+fi
+.venv/bin/python -m compileall -q src >/dev/null
 
 # --- Rust tools -------------------------------------------------------------------------
 if ! command -v cargo >/dev/null 2>&1; then

@@ -6,6 +6,7 @@ Snakefile calls it so that errors read the same everywhere.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ class Variant:
     name: str
     cc: str  # cubic | copa | bbr | bbr3
     delta: float | None = None  # Copa's latency factor (copa only), in (0, 1]
+    window_bytes: int | None = None  # receiver window of this variant (None: tool.window_bytes)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,12 @@ class Config:
         raise ConfigError(
             f"unknown variant {name!r}; configured: {', '.join(v.name for v in self.variants)}"
         )
+
+    def tool_for(self, variant: Variant) -> ToolSettings:
+        """The tool settings of ``variant``'s trials (its own window, if it has one)."""
+        if variant.window_bytes is None:
+            return self.tool
+        return dataclasses.replace(self.tool, window_bytes=variant.window_bytes)
 
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
@@ -189,7 +197,8 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
             raise ConfigError(
                 f"config: {key}.delta = {v['delta']!r}: delta applies to cc copa only, not {v['cc']!r}"
             )
-        variants.append(Variant(v["name"], v["cc"], float(v["delta"]) if "delta" in v else None))
+        variants.append(Variant(v["name"], v["cc"], float(v["delta"]) if "delta" in v else None,
+                                v.get("window_bytes")))
 
     tool = ToolSettings(**{**raw["tool"], "args": tuple(raw["tool"].get("args", ()))})
     if tool.name == "tperf" and tool.path is None:

@@ -75,7 +75,7 @@ def of_config(cfg, variant) -> dict[str, Any]:
         testbed=cfg.testbed.kind, delay=cfg.testbed.delay, qfactor=cfg.qfactor,
         duration_s=t.duration_s, idle_s=t.idle_s, ping_interval_s=t.ping_interval_s,
         queue_interval_s=t.queue_interval_s, tool_name=cfg.tool.name,
-        window_bytes=cfg.tool.window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
+        window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
         delta=variant.delta)
 
 

@@ -87,9 +87,11 @@ def _rel(path: Path, repo: Path | None) -> PurePosixPath | None:
         return None
 
 
-def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding]) -> None:
+def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding]) -> set[str]:
+    """Check the files DVC pinned under ``d``; return the names that match their pin."""
+    intact: set[str] = set()
     if rel is None:
-        return
+        return intact
     for out, manifest, source in pins:
         try:
             sub = rel.relative_to(out).as_posix() + "/"
@@ -105,13 +107,20 @@ def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding]) 
             elif md5_file(f) != md5:
                 found.append(Finding(str(d), name, f"modified: its md5 is not the one DVC pinned "
                                                    f"({source}, md5 {md5})"))
+            else:
+                intact.add(name)
+    return intact
 
 
-def _check_files(d: Path, found: list[Finding]) -> None:
+def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozenset()) -> None:
+    """Required logs present; every .gz and JSON file readable (files whose bytes are the ones
+    DVC pinned were readable when published: `publish` checks them)."""
     for name in REQUIRED_LOGS:
         if rawio.find(d, name) is None:
             found.append(Finding(str(d), name, f"missing (nor {name}.gz): every trial has it"))
     for f in sorted(d.iterdir()):
+        if f.name in pinned_intact:
+            continue
         if f.name.endswith(".gz"):
             try:
                 with gzip.open(f, "rb") as g:
@@ -181,7 +190,7 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=()) -> list[Findin
     found: list[Finding] = []
     if not d.is_dir():
         return [Finding(str(d), "", "missing: not a directory")]
-    _check_pins(d, _rel(d, repo), pins, found)
+    intact = _check_pins(d, _rel(d, repo), pins, found)
     meta_file = d / "meta.json"
     try:
         meta = json.loads(meta_file.read_text())
@@ -199,7 +208,7 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=()) -> list[Findin
                                                   f"{meta.get('format_version')!r}; this code "
                                                   f"reads {', '.join(map(str, READABLE_FORMATS))}"))
         return found
-    _check_files(d, found)
+    _check_files(d, found, intact)
     _check_identity(d, meta, found)
     return found
 

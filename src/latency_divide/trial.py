@@ -513,10 +513,11 @@ def trial_meta_path(raw_root: str | Path, definition_id: str, household: int, di
 def spec_from_config(cfg, household, direction: str, variant: str, repetition: int,
                      config_hash: str | None = None) -> TrialSpec:
     t = cfg.trial
-    return TrialSpec(household=household, direction=direction, variant=cfg.variant(variant),
+    v = cfg.variant(variant)
+    return TrialSpec(household=household, direction=direction, variant=v,
                      repetition=repetition, duration_s=t.duration_s, idle_s=t.idle_s,
                      ping_interval_s=t.ping_interval_s, queue_interval_s=t.queue_interval_s,
-                     qfactor=cfg.qfactor, tool=cfg.tool, delay=cfg.testbed.delay,
+                     qfactor=cfg.qfactor, tool=cfg.tool_for(v), delay=cfg.testbed.delay,
                      config_hash=config_hash)
 
 
