@@ -1,5 +1,5 @@
-# Stage 1: household records (the data set's values in our units) and their table, in one job
-# (one Python start-up for all households; a record is a row lookup).
+# Stage 1: household records (the data set's values in our units), in one job (one Python
+# start-up for all households; a record is a row lookup), and their table.
 
 
 rule households:
@@ -7,7 +7,6 @@ rule households:
         data=HOUSEHOLD_DATA,
     output:
         records=household_targets(),
-        table="results/tables/households.parquet",
     params:
         household_ids=[int(h) for h in HOUSEHOLDS],
         buckets=[b.to_dict() for b in CFG.buckets],
@@ -17,3 +16,18 @@ rule households:
         "logs/households/households.log",
     script:
         "../workflow/scripts/households.py"
+
+
+# Its own job, with the records as inputs: another household list is another input set, which
+# rebuilds the table even where the listed records exist already.
+rule households_table:
+    input:
+        records=household_targets(),
+    output:
+        table="results/tables/households.parquet",
+    conda:
+        "../envs/workflow.yaml"
+    log:
+        "logs/households_table/households_table.log",
+    script:
+        "../workflow/scripts/households_table.py"

@@ -130,17 +130,3 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     finally:
         live.down()
     assert our_namespaces(live.tag) == []
-
-
-def test_trial_refuses_a_stale_link_plan():
-    from latency_divide.config import Variant
-    from latency_divide.errors import TrialError
-    from latency_divide.trial import TrialSpec, check_linkplan
-
-    spec = TrialSpec(household=get_household(11406), direction="uplink",
-                     variant=Variant(name="cubic", cc="cubic"))
-    plan = make_linkplan(get_household(11406), 2.0, mechanism="delayline").to_dict()
-    check_linkplan(spec, plan)  # same numbers, other mechanism: fine
-    plan["downlink"]["queue_bytes"] += 1
-    with pytest.raises(TrialError, match="downlink.queue_bytes = 58786"):
-        check_linkplan(spec, plan)

@@ -54,6 +54,7 @@ def test_test_config_builds_records_links_and_table(wd):
         assert plan["delay"]["mechanism"] in ("netem", "delayline")
     log = (wd / "logs/households/households.log").read_text()
     assert "wrote 2 household records" in log
+    assert (wd / "logs/households_table/households_table.log").is_file()
     assert (wd / "logs/linkplans/linkplans.log").read_text().count("link plan for ") == 2
     plan = json.loads((wd / "results/links/11406.json").read_text())
     assert plan["uplink"]["queue_bytes"] == 19326 and plan["downlink"]["queue_bytes"] == 58785

@@ -1,0 +1,125 @@
+"""Trial definitions: what shapes a trial, its id, and moving format-1 trials into the layout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from latency_divide import definition
+from latency_divide.config import load_config
+from latency_divide.errors import ConfigError, LatencyDivideError
+from latency_divide.integrity import check_trial
+from latency_divide.migrate import migrate
+from latency_divide.provenance import config_hash
+from latency_divide.trial import trial_ids
+
+from conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "data" / "trials"
+# the ids of the published reference run (dvc.lock): they must never change by accident,
+# or a fresh clone would re-measure all 304 trials
+PUBLISHED = {"cubic": "def-7b4e62e9a6", "copa-0.2": "def-01a0987011",
+             "copa-0.5": "def-8cfa77f619", "copa-0.8": "def-16ce5f986b"}
+
+
+def _raw(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+def test_the_published_definitions_are_stable():
+    cfg = load_config(_raw("config.yaml"))
+    got = {v: d for d, _, _, v, _ in trial_ids(cfg)}
+    assert got == PUBLISHED
+    for v in cfg.variants:
+        d = definition.of_config(cfg, v)
+        assert definition.definition_id(d) == PUBLISHED[v.name]
+
+
+def test_every_trial_shaping_key_changes_the_id_and_others_do_not():
+    base = _raw("config.yaml")
+    ids0 = {t[0] for t in trial_ids(load_config(base))}
+    shaping = [("qfactor", 3), ("trial.duration_s", 30), ("trial.idle_s", 3),
+               ("trial.ping_interval_s", 0.1), ("trial.queue_interval_s", 0.2),
+               ("tool.window_bytes", 1 << 20), ("tool.args", ["-gso=false"]),
+               ("testbed.delay", "delayline"), ("tool.name", "tperf")]
+    neutral = [("trial.repetitions", 3), ("trial.retries", 0), ("tool.path", "/opt/x"),
+               ("households.seed", 7)]
+    for key, value in shaping + neutral:
+        cfg = json.loads(json.dumps(base))
+        node = cfg
+        *parents, leaf = key.split(".")
+        for k in parents:
+            node = node[k]
+        node[leaf] = value
+        if key == "tool.name":
+            cfg["tool"]["path"] = "/opt/tperf"
+        ids = {t[0] for t in trial_ids(load_config(cfg))}
+        if (key, value) in shaping:
+            assert not ids & ids0, key
+        else:
+            assert ids == ids0, key
+
+
+def test_a_variant_window_is_its_own_definition():
+    cfg = load_config(_raw("fast-links.yaml"))
+    by_name = {v.name: definition.of_config(cfg, v) for v in cfg.variants}
+    assert definition.definition_id(by_name["cubic"]) == PUBLISHED["cubic"]
+    assert by_name["cubic-1m"]["tool"]["window_bytes"] == 1 << 20
+    assert definition.definition_id(by_name["cubic-1m"]) != PUBLISHED["cubic"]
+    assert len({definition.definition_id(d) for d in by_name.values()}) == 8
+
+
+@pytest.mark.parametrize("bad", ["gso", "-a b", "-x;rm", "-" + "a" * 250, "--"])
+def test_tool_args_are_flags_only(bad):
+    cfg = _raw("config.yaml")
+    cfg["tool"]["args"] = [bad]
+    with pytest.raises(ConfigError, match=r"tool\.args\[0\]"):
+        load_config(cfg)
+
+
+def test_migrate_moves_a_format_1_trial_without_rewriting_it(tmp_path):
+    # a format-1 trial: the fixture's cubic trial as the first published run wrote it
+    src = next(FIXTURES.glob("def-*/799254/uplink/cubic/rep1"))
+    cfg_raw = _raw("test.yaml")
+    cfg_raw["households"]["buckets"] = [{"name": "0-30", "min": 0, "max": 30, "ids": [799254]}]
+    cfg_raw["trial"]["idle_s"] = 1.5
+    legacy = tmp_path / "raw" / "799254" / "uplink" / "cubic" / "rep1"
+    shutil.copytree(src, legacy)
+    meta = json.loads((legacy / "meta.json").read_text())
+    for k in ("definition", "definition_id"):
+        del meta[k]
+    meta["format_version"] = 1
+    meta["config_hash"] = config_hash(cfg_raw)
+    (legacy / "meta.json").write_text(json.dumps(meta))
+    before = {p.name: p.read_bytes() for p in legacy.iterdir()}
+
+    # another configuration (another hash) is refused, nothing moved
+    other = json.loads(json.dumps(cfg_raw))
+    other["trial"]["retries"] = 5
+    with pytest.raises(LatencyDivideError, match="recorded config_hash"):
+        migrate(tmp_path / "raw", other)
+    assert legacy.is_dir()
+
+    moves = migrate(tmp_path / "raw", cfg_raw)
+    dst = tmp_path / "raw" / src.parts[-5] / "799254" / "uplink" / "cubic" / "rep1"
+    assert moves == [(legacy, dst)]
+    assert not (tmp_path / "raw" / "799254").exists()
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == before
+    assert definition.read(dst.parents[3]) == json.loads(
+        (src.parents[3] / "definition.json").read_text())["definition"]
+    assert check_trial(dst) == []
+
+
+def test_a_definition_file_that_does_not_fit_its_directory_is_a_finding(tmp_path):
+    src = next(FIXTURES.glob("def-*/799254/uplink/cubic/rep1"))
+    d = tmp_path / src.relative_to(FIXTURES)
+    shutil.copytree(src, d)
+    defn = json.loads((src.parents[3] / "definition.json").read_text())
+    defn["definition"]["qfactor"] = 3.0
+    (d.parents[3] / "definition.json").write_text(json.dumps(defn))
+    found = [str(f) for f in check_trial(d)]
+    assert found and "definition.json: its definition hashes to def-" in found[0], found
