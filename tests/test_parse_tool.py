@@ -1,6 +1,9 @@
 """The traffic tool's log parser, on real captured tquic-perf output (tests/data/tool/, from
-5-second transfers over a 4 Mbit/s, 20 ms topology) and on a tperf-format example."""
+5-second transfers over a 4 Mbit/s, 20 ms topology), on real captured mvfst tperf output
+(tests/data/tool/tperf-*, see its README.md) and on a tperf-format example."""
 
+import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +103,104 @@ def test_malformed_records_raise_with_the_line(bad):
 def test_empty_log():
     log = parse_tool_log("")
     assert log.complete is False and log.intervals == [] and log.errors == []
+
+
+# Real mvfst tperf output (commit 979f26a9, glog 0.6; tests/data/tool/README.md). glog >= 0.5
+# prints the year in the prefix ("I20261123 05:20:43.455539 ..."); the summary's duration is
+# tperf's configured -duration in whole seconds and a third line "Average per Stream
+# throughput: ..." follows. Numbers below are copied from the files, not computed.
+@pytest.mark.parametrize("name, received, duration_s, printed_mibps, goodput_kbps", [
+    ("tperf-glog-year-client-cubic.stderr", 746316767, 3.0, 1897.98, 1990178.0453333),
+    ("tperf-glog-year-client-copa.stderr", 3725918, 3.0, 9.4755, 9935.7813333),
+])
+def test_real_tperf_logs_with_year_in_glog_prefix(name, received, duration_s, printed_mibps,
+                                                  goodput_kbps):
+    text = (DATA / name).read_text()
+    assert text.startswith("I2026") and "Average per Stream throughput" in text
+    log = parse_tool_log(text)
+    assert log.complete
+    assert log.received_bytes == received
+    assert log.duration_s == duration_s
+    assert log.throughput_mibps == printed_mibps
+    assert log.goodput_kbps == pytest.approx(goodput_kbps, rel=1e-9)
+    assert log.intervals == [] and log.errors == []
+
+
+def _drop_year(text: str) -> str:
+    """The year-less prefix glog prints with -log_year_in_prefix=false (I20261123 -> I1123)."""
+    return re.sub(r"^([IWEF])2026(\d{4} )", r"\1\2", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", [
+    "tperf-glog-year-client-cubic.stderr",
+    "tperf-glog-year-client-copa.stderr",
+    "tperf-glog-year-server-cubic.stderr",
+])
+def test_tperf_logs_without_year_parse_identically(name):
+    text = (DATA / name).read_text()
+    yearless = _drop_year(text)
+    assert "I2026" not in yearless and yearless.count("\nI1123 ") >= 4
+    assert parse_tool_log(yearless) == parse_tool_log(text)
+
+
+def test_real_tperf_trial_receiver_log_without_year():
+    # receiver.log.gz of a 20 s trial on the local testbed, tperf with 2021-like flags and
+    # -log_year_in_prefix=false.
+    text = gzip.decompress((DATA / "tperf-2021flags-receiver.log.gz").read_bytes()).decode()
+    assert text.startswith("I1123 ")
+    log = parse_tool_log(text)
+    assert log.complete
+    assert log.received_bytes == 3269932
+    assert log.duration_s == 20.0
+    assert log.throughput_mibps == 1.24738
+    assert log.goodput_kbps == pytest.approx(1307.9728, rel=1e-9)
+    assert log.errors == []
+
+
+NORMAL_CLOSE_ERROR = ("write error with stream=3 error=ApplicationError: No Error, "
+                      "Server closed by peer reason=No Error")
+
+
+@pytest.mark.parametrize("name", [
+    "tperf-glog-year-server-cubic.stderr",   # year prefix
+    "tperf-2021flags-sender.log",            # year-less prefix
+])
+def test_real_tperf_server_log_normal_close_error_line(name):
+    # The server logs an E line when the client closes (the normal end of a transfer), then
+    # folly's SIGTERM banner and stack trace: no summary, no parse error.
+    log = parse_tool_log((DATA / name).read_text())
+    assert log.complete is False and log.received_bytes is None
+    assert log.errors == [NORMAL_CLOSE_ERROR]
+
+
+def test_error_lines_do_not_make_a_complete_log_incomplete():
+    text = (DATA / "tperf-glog-year-client-copa.stderr").read_text()
+    text += ("E20261123 05:20:47.547394 25647 TperfServer.cpp:702] write error with stream=3 "
+             "error=ApplicationError: No Error, Server closed by peer reason=No Error\n")
+    log = parse_tool_log(text)
+    assert log.complete and log.received_bytes == 3725918
+    assert len(log.errors) == 1 and log.errors[0].startswith("write error with stream=3")
+
+
+def _tperf_summary(date: str) -> str:
+    return (f"I{date} 05:20:47.544029 25649 TperfClient.cpp:68] "
+            "Received 3725918 bytes in 3 seconds.\n"
+            f"I{date} 05:20:47.544058 25649 TperfClient.cpp:70] Overall throughput: 9.4755Mb/s\n"
+            f"E{date} 05:20:47.547394 25647 TperfServer.cpp:702] write error with stream=3\n")
+
+
+@pytest.mark.parametrize("date, is_prefix", [
+    ("1123", True),        # mmdd
+    ("20261123", True),    # yyyymmdd
+    ("123", False),
+    ("11230", False),
+    ("261123", False),     # yymmdd: not a glog prefix
+    ("2026112", False),
+    ("202611230", False),
+])
+def test_only_4_or_8_digit_dates_are_glog_prefixes(date, is_prefix):
+    # A line with a malformed prefix is read whole: not a summary record, not an error line.
+    log = parse_tool_log(_tperf_summary(date))
+    assert log.complete is is_prefix
+    assert log.received_bytes == (3725918 if is_prefix else None)
+    assert log.errors == (["write error with stream=3"] if is_prefix else [])

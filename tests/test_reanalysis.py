@@ -25,6 +25,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
+from test_dvc import _env as dvc_env
+from test_dvc import job_counts, run
 
 pytestmark = pytest.mark.slow
 
@@ -39,25 +41,7 @@ PUBLISHED_CONFIG_HASH = "b43589888ee2296447ec199076f3325ceec02854d3274710852fad0
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    from test_dvc import _env as dvc_env
-
-    env = dvc_env(tmp)
-    env["LATENCY_DIVIDE_FORBID_TRIALS"] = "1"
-    return env
-
-
-def run(argv, cwd: Path, env, check: bool = True, timeout: float = 900):
-    p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{argv} exited {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n"
-                             f"--- stderr\n{p.stderr[-4000:]}")
-    return p
-
-
-def job_counts(output: str) -> dict[str, int]:
-    from test_dvc import job_counts as counts
-
-    return counts(output)
+    return {**dvc_env(tmp), "LATENCY_DIVIDE_FORBID_TRIALS": "1"}
 
 
 def fresh_clone(tmp: Path, env) -> Path:
@@ -218,6 +202,17 @@ def test_code_edits_figure_options_and_unrelated_keys_schedule_no_trial(pulled):
         assert "trial" not in jobs, jobs
     finally:
         run(["git", "checkout", "--", "."], clone, env)
+
+
+def test_fewer_households_rebuild_the_tables_from_pulled_trials_only(pulled):
+    clone, env = pulled["clone"], pulled["env"]
+    if not (clone / "results/tables/trials.parquet").exists():
+        run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
+    cfg = _config(clone)
+    cfg["households"]["buckets"] = cfg["households"]["buckets"][:1]  # the $0-30 bucket
+    jobs = _dry_run(clone, env, cfg)
+    assert "trial" not in jobs, jobs
+    assert jobs.get("analysis_tables") == 1 and jobs.get("households_table") == 1, jobs
 
 
 def _analysis_fails(clone: Path, env, *needles: str) -> str:

@@ -1,11 +1,18 @@
 """Parser for the traffic tool's receiver log: our ``tquic-perf`` client or mvfst's ``tperf``.
 
-Both log to stderr through glog-style lines (``I<mmdd> <hh:mm:ss.micro> <thread> <file:line>]
-msg``); the parser reads the message after the prefix and also accepts lines without one.
+Both log to stderr through glog-style lines (``<sev><date> <hh:mm:ss.micro> <thread>
+<file:line>] msg``, sev one of I/W/E/F). The date is ``mmdd`` (our tquic-perf; glog < 0.5;
+glog >= 0.5 with ``-log_year_in_prefix=false``) or ``yyyymmdd`` (glog >= 0.5 by default, e.g.
+``I20261123 05:20:47.544058 25649 TperfClient.cpp:70] ...``); no other digit count is taken
+as a prefix. The parser reads the message after the prefix and also accepts lines without one
+(a line whose prefix is malformed is read whole, so it is not a record).
 
 - Summary (both tools): ``Received <N> bytes in <D> seconds.`` and
-  ``Overall throughput: <X>Mb/s``, where tperf's "Mb" is 2^20 bits (X = N / 131072 / D) and
-  D, X are printed with 6 significant digits.
+  ``Overall throughput: <X>Mb/s``, where tperf's "Mb" is 2^20 bits (X = N / 131072 / D),
+  printed with 6 significant digits. tquic-perf's D is the measured transfer time (6
+  significant digits); tperf's D is its configured ``-duration`` in whole seconds.
+- tperf then prints ``Average per Stream throughput: <X>Mb/s over <n> streams`` (and, with
+  several streams, a per-stream histogram); these lines are ignored.
 - Interval lines (tquic-perf only; tperf prints nothing periodically):
   ``interval t_unix=<s> elapsed_s=<s> bytes=<n> total_bytes=<n>``.
 
@@ -14,6 +21,9 @@ lines are present; a truncated log (killed receiver, lost connection) is reporte
 incomplete with ``None`` summary fields, never as an exception. A last line without a
 trailing newline (a log cut mid-write) is ignored. A line that starts like one of our
 records but does not match its format raises :class:`ToolParseError` naming the line.
+Messages of E/F lines are collected in ``errors`` but do not decide ``complete``: tperf's
+server logs ``write error with stream=3 error=ApplicationError: No Error, ...`` at E level
+whenever the client closes, which is the normal end of a transfer.
 """
 
 from __future__ import annotations
@@ -26,7 +36,10 @@ from typing import NamedTuple
 BITS_PER_TPERF_MB = 2**20
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan"
-_GLOG = re.compile(r"^(?P<sev>[IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^\]]*\] ?(?P<msg>.*)$")
+#: glog prefix; the date is mmdd or (glog >= 0.5, -log_year_in_prefix, the default) yyyymmdd.
+_GLOG = re.compile(
+    r"^(?P<sev>[IWEF])(?:\d{8}|\d{4}) \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^\]]*\] ?(?P<msg>.*)$"
+)
 _RECEIVED = re.compile(rf"^Received (?P<bytes>\d+) bytes in (?P<dur>{_NUM}) seconds\.\s*$")
 _THROUGHPUT = re.compile(rf"^Overall throughput: (?P<x>{_NUM}) ?Mb/s\s*$")
 _INTERVAL = re.compile(
@@ -56,6 +69,8 @@ class ToolLog:
     goodput_kbps: float | None = None
     intervals: list[Interval] = field(default_factory=list)
     #: Messages of error-severity (E/F) lines, e.g. tquic-perf's "error: ..." on failure.
+    #: Informational only: they do not decide ``complete`` (tperf's server logs an E line at
+    #: every normal close).
     errors: list[str] = field(default_factory=list)
     complete: bool = False
 
