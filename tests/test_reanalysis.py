@@ -107,7 +107,7 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     clone, env = pulled["clone"], pulled["env"]
     before = raw_state(clone)
     trials = published_trials(clone)
-    assert len(trials) == 304
+    assert len(trials) == 528  # the reference run (304) and the fast-links run (224)
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
@@ -282,3 +282,13 @@ def test_publish_refuses_corrupted_and_out_of_layout_data(pulled):
     finally:
         shutil.rmtree(clone / "results/raw/11406")
         run([DVC, "checkout", "--force"], clone, env)
+
+
+def test_the_published_fast_links_run_reanalyses_with_no_trial(pulled):
+    """The unbound-window trials are published too: their config re-analyses them as pulled."""
+    clone, env = pulled["clone"], pulled["env"]
+    p = run([SNAKEMAKE, "all", "-n", "--cores", "1", "--configfile", "config/fast-links.yaml"],
+            clone, env)
+    jobs = job_counts(p.stdout + p.stderr)
+    assert "trial" not in jobs and jobs.get("analysis_tables") == 1, jobs
+    assert len(published_trials(clone)) == 528
