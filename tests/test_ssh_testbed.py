@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -302,7 +303,11 @@ def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
     r.run(["mkdir", "-p", r.rundir])
     p = r.start(["sh", "-c", 'echo "out $0"; echo err >&2; exec sleep 60', "a b;c"],
                 stdout=tmp_path / "o.log", stderr=tmp_path / "e.log")
-    assert Path(f"/proc/{p.pid}/comm").read_text().strip() == "sleep"
+    # the PID is the command's own: sh execs sleep in place (give the exec a moment)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{p.pid}/comm").read_text().strip() != "sleep":
+        assert time.monotonic() < deadline, Path(f"/proc/{p.pid}/comm").read_text()
+        time.sleep(0.02)
     assert p.poll() is None
     assert p.stop(timeout=3) == 143  # SIGTERM
     assert (tmp_path / "o.log").read_text() == "out a b;c\n"
