@@ -103,6 +103,26 @@ def _uncached_outs(repo: Path) -> set[str]:
     return paths
 
 
+#: Directories never searched for ``*.dvc`` files: DVC's and git's own, the committed remote,
+#: environments and build trees, and DVC outputs (a .dvc file is never inside one).
+_NO_DVC_FILES = {".dvc", ".git", "dvc-remote", ".venv", "target", ".snakemake", "node_modules",
+                 "__pycache__"}
+_NO_DVC_FILES_BELOW = {"results/raw", "results/tables", "results/figures", "results/households",
+                       "results/links", "results/provision"}
+
+
+def _dvc_files(repo: Path) -> list[Path]:
+    import os
+
+    found = []
+    for top, dirs, files in os.walk(repo):
+        rel = Path(top).relative_to(repo).as_posix()
+        dirs[:] = sorted(d for d in dirs if d not in _NO_DVC_FILES
+                         and f"{rel}/{d}".removeprefix("./") not in _NO_DVC_FILES_BELOW)
+        found.extend(Path(top) / f for f in files if f.endswith(".dvc"))
+    return sorted(found)
+
+
 def tracked_outs(repo: Path | str) -> list[TrackedOut]:
     """Every cached output recorded in the repository's dvc.lock and ``*.dvc`` files."""
     repo = Path(repo)
@@ -123,10 +143,8 @@ def tracked_outs(repo: Path | str) -> list[TrackedOut]:
                     continue  # never committed, or `cache: false` (no manifest kept anywhere)
                 outs.append(_tracked(e, PurePosixPath("."), f"dvc.lock stage {name}",
                                      f"{lock} stage {name}"))
-    for dvcfile in sorted(repo.rglob("*.dvc")):
+    for dvcfile in _dvc_files(repo):
         rel = dvcfile.relative_to(repo)
-        if rel.parts[0] in (".dvc", ".git") or "dvc-remote" in rel.parts:
-            continue
         try:
             doc = yaml.safe_load(dvcfile.read_text()) or {}
         except yaml.YAMLError as e:

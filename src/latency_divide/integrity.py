@@ -66,7 +66,7 @@ class Finding:
         return f"{where}: {self.what}"
 
 
-def _pins(repo: Path | None) -> list[tuple[PurePosixPath, dict[str, str], str]]:
+def _pins(repo: Path | None) -> list[tuple[PurePosixPath, dict[str, str], str, dict]]:
     """(out path, relpath -> md5, source) of every DVC-tracked directory of the repository."""
     if repo is None or not (repo / "dvc.lock").is_file():
         return []
@@ -74,7 +74,11 @@ def _pins(repo: Path | None) -> list[tuple[PurePosixPath, dict[str, str], str]]:
     for t in tracked_outs(repo):
         if t.is_dir:
             manifest, _ = load_manifest(repo, t)  # DataCheckError: cannot check: stop too
-            out.append((PurePosixPath(t.path), manifest, t.source))
+            by_dir: dict[str, list[tuple[str, str]]] = {}
+            for relpath, md5 in manifest.items():
+                parent, _, name = relpath.rpartition("/")
+                by_dir.setdefault(parent, []).append((name, md5))
+            out.append((PurePosixPath(t.path), manifest, t.source, by_dir))
     return out
 
 
@@ -92,15 +96,12 @@ def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding]) 
     intact: set[str] = set()
     if rel is None:
         return intact
-    for out, manifest, source in pins:
+    for out, _, source, by_dir in pins:
         try:
-            sub = rel.relative_to(out).as_posix() + "/"
+            sub = rel.relative_to(out).as_posix()
         except ValueError:
             continue
-        for relpath, md5 in manifest.items():
-            if not relpath.startswith(sub):
-                continue
-            name = relpath[len(sub):]
+        for name, md5 in by_dir.get(sub, ()):
             f = d / name
             if not f.is_file():
                 found.append(Finding(str(d), name, f"missing: DVC pinned it ({source}, md5 {md5})"))
@@ -265,7 +266,7 @@ def check_raw_tree(raw_root: Path | str = "results/raw", repo: Path | str = ".",
             found.append(Finding(str(p), "", "not a definition directory (def-<10 hex>): raw "
                                  "data of the format-1 layout? `latency-divide migrate` moves it"))
     if keep_published:
-        for out, manifest, source in _pins(repo):
+        for out, manifest, source, _ in _pins(repo):
             try:
                 base = PurePosixPath(_rel(root, repo)).relative_to(out)
             except (TypeError, ValueError):
