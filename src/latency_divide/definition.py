@@ -38,7 +38,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from .fsio import write_json_atomic
 
@@ -47,6 +47,28 @@ ID_PREFIX = "def-"
 ID_PATTERN = r"def-[0-9a-f]{10}"
 _ID_RE = re.compile(rf"\A{ID_PATTERN}\Z")
 FILE = "definition.json"
+
+
+class TrialPath(NamedTuple):
+    """The parts of a trial directory's path: <definition id>/<household>/<direction>/<variant>/rep<r>."""
+
+    definition_id: str
+    household: int
+    direction: str
+    variant: str
+    repetition: int
+
+
+def parse_trial_path(path: Path | str) -> TrialPath | None:
+    """The raw layout's parts of a trial directory, or None when ``path`` does not end in it."""
+    parts = Path(path).parts[-5:]
+    if len(parts) < 5:
+        return None
+    def_id, household, direction, variant, rep = parts
+    if not (is_id(def_id) and household.isdigit() and rep.startswith("rep")
+            and rep[3:].isdigit()):
+        return None
+    return TrialPath(def_id, int(household), direction, variant, int(rep[3:]))
 
 
 def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: float,

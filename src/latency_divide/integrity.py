@@ -143,11 +143,12 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
     def bad(what: str, file: str = "meta.json") -> None:
         found.append(Finding(str(d), file, what))
 
-    parts = d.parts[-5:]
-    if len(parts) < 5 or not definition.is_id(parts[0]):
+    where = definition.parse_trial_path(d)
+    if where is None:
         bad("not at results/raw/<definition id>/<household>/<direction>/<variant>/rep<r>", "")
         return
-    def_id, household, direction, variant, rep = parts
+    def_id, direction = where.definition_id, where.direction
+    household, variant, rep = str(where.household), where.variant, f"rep{where.repetition}"
     try:
         said = {"household": str(meta["household"]["unit_id"]), "direction": meta["direction"],
                 "variant": meta["variant"]["name"], "rep": f"rep{meta['repetition']}"}

@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import READABLE_FORMATS, rawio
+from .definition import TrialPath, parse_trial_path
 from .errors import LatencyDivideError
 from .fsio import atomic_path
 from .parsers.ping import parse_ping
@@ -261,7 +262,8 @@ def load_trial(path: Path | str) -> Trial:
     delta = variant.get("delta") if isinstance(variant, dict) else None
     keys = {
         # the trial's definition: recorded since format 2, else its directory's name
-        "definition_id": str(meta.get("definition_id") or path.resolve().parents[3].name),
+        "definition_id": str(meta.get("definition_id")
+                             or getattr(parse_trial_path(path.resolve()), "definition_id", "")),
         "household_id": int(_meta_get(path, meta, "household", "unit_id")),
         # null for a household outside every configured bucket (a one-off `latency-divide
         # trial`): kept in trials.parquet, left out of the per-bucket summaries and figures
@@ -461,14 +463,8 @@ class Tables:
         rows = []
         for e in self.skipped:
             p = Path(e.path)
-            parts = p.parts[-5:]
-            hh = parts[1] if len(parts) == 5 else ""
-            rows.append({"definition_id": parts[0] if len(parts) == 5 else "",
-                         "household_id": int(hh) if hh.isdigit() else -1,
-                         "direction": parts[2] if len(parts) == 5 else "",
-                         "variant": parts[3] if len(parts) == 5 else "",
-                         "repetition": int(parts[4][3:]) if len(parts) == 5
-                         and parts[4][3:].isdigit() else -1,
+            where = parse_trial_path(p) or TrialPath("", -1, "", "", -1)
+            rows.append({"household_id": where.household, **where._asdict(),
                          "trial_path": p.as_posix(), "reason": e.reason})
         return _frame(rows, EXCLUSIONS_SCHEMA)
 
