@@ -19,4 +19,29 @@ rule analysis_tables:
         "../workflow/scripts/build_tables.py"
 
 
+# One tables job per companion data set present (rules/common.smk, COMPANIONS_PRESENT).
+for _c in COMPANIONS_PRESENT:
+
+    rule:
+        name:
+            f"companion_tables_{_c.name.replace('-', '_')}"
+        input:
+            metas=_c.metas(),
+        output:
+            **table_files(_c.root),
+        threads: 2
+        conda:
+            "../envs/analysis.yaml"
+        log:
+            f"logs/companions/{_c.name}/analysis_tables.log",
+        script:
+            "../workflow/scripts/build_tables.py"
+
+
+def companion_targets():
+    return [t for c in COMPANIONS_PRESENT
+            for t in list(table_files(c.root).values()) + figure_targets(c.root, c.cfg)]
+
+
 TARGET_FUNCTIONS.append(analysis_targets)
+TARGET_FUNCTIONS.append(companion_targets)

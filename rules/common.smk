@@ -1,4 +1,7 @@
 # Shared helpers: the loaded config, wildcard constraints, target functions.
+import sys
+
+from latency_divide.companions import load_companions, table_files
 from latency_divide.config import load_config
 from latency_divide.definition import ID_PATTERN
 from latency_divide.trial import trial_ids, trial_meta_path
@@ -36,14 +39,7 @@ def trial_targets():
 
 # Analysis and figures (rules/analysis.smk, rules/figures.smk; those files register these
 # target functions in TARGET_FUNCTIONS when they are included).
-TABLE_FILES = {
-    "trials": "results/tables/trials.parquet",
-    "ping": "results/tables/timeseries/ping.parquet",
-    "queue": "results/tables/timeseries/queue.parquet",
-    "throughput": "results/tables/timeseries/throughput.parquet",
-    "summary": "results/tables/summary.parquet",
-    "exclusions": "results/tables/exclusions.parquet",
-}
+TABLE_FILES = table_files("results")
 FIGURE_NAMES = ["delay_tput", "self_delay", "timeseries", "divide"]
 
 
@@ -51,38 +47,55 @@ def analysis_targets():
     return list(TABLE_FILES.values())
 
 
-def figure_names():
-    """The figures this config can draw: `divide` compares Copa with Cubic, so it needs both."""
-    ccs = {v.cc for v in CFG.variants}
+def figure_names(cfg=CFG):
+    """The figures a config can draw: `divide` compares Copa with Cubic, so it needs both."""
+    ccs = {v.cc for v in cfg.variants}
     return [f for f in FIGURE_NAMES if f != "divide" or {"cubic", "copa"} <= ccs]
 
 
-def figure_targets():
-    return expand("results/figures/{figure}.{ext}", figure=figure_names(),
+def figure_targets(root="results", cfg=CFG):
+    return expand(root + "/figures/{figure}.{ext}", figure=figure_names(cfg),
                   ext=["pdf", "png", "provenance.json"])
 
 
-def figure_outputs():
-    """Named outputs of the figures job: <figure>_{pdf,png,provenance} (PDF and PNG in the report)."""
+def figure_outputs(root="results", cfg=CFG, category="Figures"):
+    """Named outputs of a figures job: <figure>_{pdf,png,provenance} (PDF and PNG in the report)."""
     out = {}
-    for fig in figure_names():
+    for fig in figure_names(cfg):
         for ext in ("pdf", "png"):
             out[f"{fig}_{ext}"] = report(
-                f"results/figures/{fig}.{ext}",
+                f"{root}/figures/{fig}.{ext}",
                 caption=f"../workflow/report/{fig}.rst",
-                category="Figures",
+                category=category,
                 subcategory=fig,
                 labels={"figure": fig, "format": ext.upper()},
             )
-        out[f"{fig}_provenance"] = f"results/figures/{fig}.provenance.json"
+        out[f"{fig}_provenance"] = f"{root}/figures/{fig}.provenance.json"
     return out
 
 
-def timeseries_household():
+def timeseries_household(cfg=CFG):
     """Household of the time-series figure: config figures.timeseries_household if set, else
     None (the first configured household with a valid trial)."""
-    chosen = (config.get("figures") or {}).get("timeseries_household")
+    chosen = (cfg.raw.get("figures") or {}).get("timeseries_household")
     return int(chosen) if chosen is not None else None
+
+
+# Companion data sets (latency_divide.companions): other configs' published trials, analysed
+# into results/companions/<name>/ when all their trials are on disk (after `dvc pull`); never
+# measured by this run. rules/analysis.smk and rules/figures.smk define one job each per
+# companion present.
+COMPANIONS = load_companions(CFG.companions)
+COMPANIONS_PRESENT = []
+for _c in COMPANIONS:
+    _missing = _c.missing()
+    if not _missing:
+        COMPANIONS_PRESENT.append(_c)
+    elif len(_missing) < len(_c.trials):
+        print(f"[latency-divide] companion {_c.name} ({_c.configfile}) left out: "
+              f"{len(_missing)} of its {len(_c.trials)} trials are not on disk (first: "
+              f"{_missing[0]}); `dvc pull`, or run them with --configfile {_c.configfile}",
+              file=sys.stderr)
 
 
 # `rule all` builds what these functions return; a stage adds its function here.

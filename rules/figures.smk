@@ -25,9 +25,32 @@ rule figures:
 TARGET_FUNCTIONS.append(figure_targets)
 
 
+# One figures job per companion data set present (rules/common.smk, COMPANIONS_PRESENT).
+for _c in COMPANIONS_PRESENT:
+
+    rule:
+        name:
+            f"companion_figures_{_c.name.replace('-', '_')}"
+        input:
+            **table_files(_c.root),
+        output:
+            **figure_outputs(_c.root, _c.cfg, f"Companion {_c.name}"),
+        params:
+            figures=figure_names(_c.cfg),
+            household=timeseries_household(_c.cfg),
+            household_order=[int(h) for h in _c.cfg.household_ids()],
+        conda:
+            "../envs/analysis.yaml"
+        log:
+            f"logs/companions/{_c.name}/figures.log",
+        script:
+            "../workflow/scripts/figures.py"
+
+
 # `snakemake analysis`: tables and figures only (dvc.yaml's analysis stage runs this).
 rule analysis:
     input:
         analysis_targets(),
         figure_targets(),
+        companion_targets(),
     localrule: True

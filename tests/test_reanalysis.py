@@ -114,6 +114,9 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     jobs = job_counts(log)
     assert "trial" not in jobs, jobs
     assert jobs.get("analysis_tables") == 1 and jobs.get("figures") == 1, jobs
+    # the published companion data sets (config: companions) are analysed beside the run
+    assert jobs.get("companion_tables_fast_links") == 1, jobs
+    assert jobs.get("companion_figures_fast_links") == 1, jobs
     assert "refusing to measure" not in log
     assert raw_state(clone) == before  # no file under results/raw deleted, rewritten or added
     for t in TABLES:
@@ -125,6 +128,13 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     assert len(tr) == 304 and tr["definition_id"].nunique() == 4
     assert (tr["config_hash"] == PUBLISHED_CONFIG_HASH).all()
     assert pq.read_table(clone / "results/tables/exclusions.parquet").num_rows == 0
+    fast = clone / "results/companions/fast-links"
+    ft = pq.read_table(fast / "tables/trials.parquet").to_pandas()
+    # 28 households x 2 directions x 8 variants: 224 reference trials reused, 224 unbound
+    assert len(ft) == 448 and ft["definition_id"].nunique() == 8
+    assert sorted(ft["window_bytes"].unique()) == [65536, 1048576]
+    for f in FIGURES:
+        assert (fast / f"figures/{f}.pdf").stat().st_size > 0
     # the same command again: nothing to do
     again = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -292,3 +302,20 @@ def test_the_published_fast_links_run_reanalyses_with_no_trial(pulled):
     jobs = job_counts(p.stdout + p.stderr)
     assert "trial" not in jobs and jobs.get("analysis_tables") == 1, jobs
     assert len(published_trials(clone)) == 528
+
+
+def test_a_companion_with_a_trial_missing_is_left_out_and_named(pulled):
+    """A half-pulled companion data set yields no tables that look complete: `all` names it
+    and leaves it out; it never measures the missing trial."""
+    clone, env = pulled["clone"], pulled["env"]
+    gone = next((clone / "results/raw").glob("def-9eb8324303/12251/downlink/copa-0.5-1m/rep1"))
+    shutil.rmtree(gone)
+    try:
+        p = run([SNAKEMAKE, "-n", "--cores", "1", "all"], clone, env)
+        log = p.stdout + p.stderr
+        jobs = job_counts(log)
+        assert "trial" not in jobs and not any(j.startswith("companion_") for j in jobs), jobs
+        assert ("companion fast-links (config/fast-links.yaml) left out: 1 of its 448 trials "
+                "are not on disk") in log, log
+    finally:
+        run([DVC, "checkout", "--force"], clone, env)

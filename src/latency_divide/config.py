@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -50,9 +51,13 @@ class ToolSettings:
     args: tuple[str, ...] = ()
 
     def binary(self, root: Path = ROOT) -> Path:
-        """The tool's binary: the configured path, or our build for tquic-perf."""
+        """The tool's binary: the configured path (a bare name such as ``tperf`` is looked up
+        on PATH; a relative path is relative to the repository), or our build for tquic-perf."""
         if self.path is not None:
             p = Path(self.path)
+            if "/" not in self.path:
+                found = shutil.which(self.path)
+                return Path(found) if found else p
             return p if p.is_absolute() else root / p
         return root / "target" / "release" / "tquic-perf"
 
@@ -76,6 +81,8 @@ class Config:
     testbed: TestbedSettings
     households_by_bucket: Mapping[str, tuple[int, ...]]  # resolved: listed IDs or drawn sample
     raw: Mapping[str, Any]  # the validated mapping as given
+    #: config files of data sets analysed beside this run (latency_divide.companions)
+    companions: tuple[str, ...] = ()
 
     def household_ids(self) -> list[int]:
         """Every household of the run, bucket by bucket in config order."""
@@ -233,4 +240,5 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         testbed=testbed,
         households_by_bucket={k: tuple(v) for k, v in by_bucket.items()},
         raw=raw,
+        companions=tuple(raw.get("companions") or ()),
     )

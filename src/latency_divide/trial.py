@@ -40,10 +40,10 @@ TOOLS = ("tquic-perf", "tperf")
 TOOL_ARG = re.compile(r"\A-[A-Za-z0-9_][A-Za-z0-9_.,:=/+-]{0,198}\Z")
 PORT = 5550  # the paper's first tperf port; each trial has its own namespaces
 TPERF_HELP = (
-    "mvfst's tperf is not packaged anywhere: build mvfst with tests on "
-    "(git clone https://github.com/facebook/mvfst && cd mvfst && ./build_helper.sh); the binary "
-    "ends up at _build/build/quic/tools/tperf/tperf. Give its path as tool.path in the config "
-    "or --tool-path."
+    "mvfst's tperf is not packaged anywhere: build it from mvfst's public sources with tests on "
+    "(https://github.com/facebook/mvfst, README, 'Building mvfst'; the target is "
+    "quic/tools/tperf), put it on PATH or give its path as tool.path in the config or "
+    "--tool-path. README, \"mvfst's tperf\", has the flags that make it behave like the 2021 one."
 )
 
 
@@ -185,7 +185,9 @@ def check_environment(spec: TrialSpec) -> dict:
     binary = spec.tool.binary(repo_root())
     if not binary.exists():
         if spec.tool.name == "tperf":
-            raise EnvironmentError_(f"tperf binary not found at {binary}. " + TPERF_HELP)
+            where = (f"{spec.tool.path!r} is not on PATH" if "/" not in spec.tool.path
+                     else f"no file at {binary}")
+            raise EnvironmentError_(f"tperf binary not found: {where}. " + TPERF_HELP)
         raise EnvironmentError_(f"traffic tool not found at {binary}: build it with "
                                 "scripts/setup.sh (cargo build --release -p tquic-perf)")
     mechanism = topology.resolve_delay_mechanism(spec.delay)

@@ -1,0 +1,64 @@
+"""Companion data sets (latency_divide.companions): which configs, named how, with what trials."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from latency_divide.companions import load_companions, table_files
+from latency_divide.config import ConfigError, load_config
+from latency_divide.trial import trial_ids
+
+
+def _write(tmp, name, **changes):
+    raw = yaml.safe_load((ROOT / "config/test.yaml").read_text())
+    raw.pop("companions", None)
+    raw.update(changes)
+    p = tmp / name
+    p.write_text(yaml.safe_dump(raw))
+    return p
+
+
+def test_the_main_config_names_the_published_companions():
+    cfg = load_config(ROOT / "config/config.yaml")
+    comps = load_companions(cfg.companions, base=ROOT)
+    assert [c.name for c in comps] == ["fast-links", "mvfst"]
+    fast, mvfst = comps
+    assert len(fast.trials) == 28 * 2 * 8
+    assert len(mvfst.trials) == 38 * 2 * 4 and mvfst.cfg.tool.name == "tperf"
+    # the fast-links capped variants are the reference run's trials, not new ones
+    ref = {t[0] for t in trial_ids(cfg)}
+    assert len({t[0] for t in fast.trials} & ref) == 4
+    assert table_files(fast.root)["summary"] == "results/companions/fast-links/tables/summary.parquet"
+
+
+def test_companion_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_companions(["nope.yaml"], base=tmp_path)
+    bad = _write(tmp_path, "Bad Name.yaml")
+    with pytest.raises(ConfigError, match="'Bad Name.yaml': a companion is a config file"):
+        load_companions([bad.name], base=tmp_path)
+    one = _write(tmp_path, "one.yaml")
+    (tmp_path / "sub").mkdir()
+    _write(tmp_path / "sub", "one.yaml")
+    with pytest.raises(ConfigError, match="a second companion named 'one'"):
+        load_companions(["one.yaml", "sub/one.yaml"], base=tmp_path)
+    nested = _write(tmp_path, "nested.yaml", companions=[one.name])
+    with pytest.raises(ConfigError, match="'nested.yaml' names companions of its own"):
+        load_companions([nested.name], base=tmp_path)
+
+
+def test_missing_lists_trials_not_on_disk(tmp_path):
+    one = _write(tmp_path, "one.yaml")
+    (c,) = load_companions([one.name], base=tmp_path)
+    assert len(c.missing(base=tmp_path)) == len(c.trials) > 0
+    first = tmp_path / c.metas()[0]
+    first.parent.mkdir(parents=True)
+    first.write_text("{}")
+    assert len(c.missing(base=tmp_path)) == len(c.trials) - 1
+
+
+def test_schema_refuses_a_companion_that_is_not_a_yaml_file(tmp_path):
+    p = _write(tmp_path, "x.yaml", companions=["config/a.txt"])
+    with pytest.raises(ConfigError, match="companions"):
+        load_config(p)
