@@ -22,8 +22,8 @@ def _write(tmp, name, **changes):
 def test_the_main_config_names_the_published_companions():
     cfg = load_config(ROOT / "config/config.yaml")
     comps = load_companions(cfg.companions, base=ROOT)
-    assert [c.name for c in comps] == ["fast-links", "mvfst"]
-    fast, mvfst = comps
+    assert [c.name for c in comps] == ["fast-links", "mvfst", "mvfst-fast-links"]
+    fast, mvfst, _ = comps
     assert len(fast.trials) == 28 * 2 * 8
     assert len(mvfst.trials) == 38 * 2 * 4 and mvfst.cfg.tool.name == "tperf"
     # the fast-links capped variants are the reference run's trials, not new ones

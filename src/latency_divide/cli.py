@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .errors import LatencyDivideError
+from .errors import ConfigError, LatencyDivideError
 
 
 def _household_args(p: argparse.ArgumentParser) -> None:
@@ -223,6 +223,30 @@ def _summarize(args) -> int:
     return 0
 
 
+def _copa_rtt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("qlog", nargs="+", help="mvfst qlog files (tperf -server_qlogger_path=DIR "
+                   "writes DIR/<connection id>.qlog; .gz accepted)")
+    p.add_argument("--skip-s", type=float, default=2.0,
+                   help="leave out the first seconds of each connection (start-up; default 2)")
+
+
+def _copa_rtt(args) -> int:
+    import math
+
+    from .parsers.qlog import copa_estimate, read_qlog, rtt_samples
+
+    if not (math.isfinite(args.skip_s) and 0 <= args.skip_s <= 3600):
+        raise ConfigError(f"--skip-s = {args.skip_s!r}: allowed 0 to 3600 seconds")
+    keys = ["samples", "min_rtt_ms", "estimate_ms_median", "ack_delay_ms_median",
+            "estimate_without_ack_delay_ms_median", "ack_delay_share", "acks_with_delay"]
+    print("\t".join(["qlog"] + keys))
+    for q in args.qlog:
+        r = copa_estimate(rtt_samples(read_qlog(q)), skip_ms=args.skip_s * 1000)
+        print("\t".join([q] + [f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k])
+                                for k in keys]))
+    return 0
+
+
 def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("figure", help="a figure (results/figures/NAME.pdf) or its .provenance.json")
     p.add_argument("--root", default=".", help="directory the recorded relative paths are "
@@ -318,6 +342,9 @@ COMMANDS: dict[str, Command] = {
     "sample": Command("draw households of a price bucket (weighted, seeded)", _sample_args, _sample),
     "linkplan": Command("print the tc/delay commands for a household", _linkplan_args, _linkplan),
     "summarize": Command("print one trial's row of the trials table", _summarize_args, _summarize),
+    "copa-rtt": Command("what mvfst's Copa takes for queueing delay, from tperf's qlog "
+                        "(latest - min RTT, and the peer's ack delay in it)", _copa_rtt_args,
+                        _copa_rtt),
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
     "verify": Command("check raw data against dvc.lock (missing or corrupted files)",
                       _verify_args, _verify),
