@@ -144,6 +144,14 @@ def candidates(bucket: Bucket, data: str | Path | None = None) -> list[dict]:
     return list(_candidates(bucket.min_usd, bucket.max_usd, _data_path(data).resolve()))
 
 
+def price_span(data: str | Path | None = None) -> str:
+    """The data set's price range, "LO-HI" in whole dollars (for error messages)."""
+    from .households import _data_path, unique_rows
+
+    prices = [r["monthly.charge"] for r in unique_rows(_data_path(data).resolve()).values()]
+    return f"{min(prices):.0f}-{max(prices):.0f}"
+
+
 @functools.lru_cache(maxsize=32)
 def _candidates(min_usd: float, max_usd: float | None, path: Path) -> tuple[dict, ...]:
     from .households import unique_rows
@@ -154,13 +162,17 @@ def _candidates(min_usd: float, max_usd: float | None, path: Path) -> tuple[dict
 
 def sample_bucket(bucket: Bucket, n: int, seed: int, data: str | Path | None = None) -> list[int]:
     """n distinct household IDs of the bucket, weighted by ``weight`` (see module docstring)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"sample size {n!r} for bucket {bucket.name!r} must be an integer >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed {seed!r} must be a non-negative integer")
+    from . import limits
+    limits.check("sample", n, f"sample size for bucket {bucket.name!r}")
+    limits.check("seed", seed)
     import numpy as np  # here, not at the top: a household lookup should not pay for numpy
 
     rows = candidates(bucket, data)
+    if not rows:
+        raise ConfigError(
+            f"bucket {bucket.name!r} {bucket.interval()} has no household in the data set; "
+            f"its buckets: {', '.join(f'{b.name} {b.interval()}' for b in DEFAULT_BUCKETS)} "
+            f"(or a price range LO-HI or LO+ within ${price_span(data)})")
     if n > len(rows):
         raise ConfigError(
             f"bucket {bucket.name!r} {bucket.interval()} has {len(rows)} households;"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from . import limits
 from .errors import ConfigError, LatencyDivideError
 
 
@@ -135,6 +136,7 @@ def _trial(args) -> int:
                               args=tuple(args.tool_arg)))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    limits.check("retries", args.retries, "--retries")
 
     interrupt_on_sigterm()  # run `finally` blocks (teardown) on SIGTERM too
     from .trial import make_testbed
@@ -231,12 +233,9 @@ def _copa_rtt_args(p: argparse.ArgumentParser) -> None:
 
 
 def _copa_rtt(args) -> int:
-    import math
-
     from .parsers.qlog import copa_estimate, read_qlog, rtt_samples
 
-    if not (math.isfinite(args.skip_s) and 0 <= args.skip_s <= 3600):
-        raise ConfigError(f"--skip-s = {args.skip_s!r}: allowed 0 to 3600 seconds")
+    limits.check("skip_s", args.skip_s, "--skip-s")
     keys = ["samples", "min_rtt_ms", "estimate_ms_median", "ack_delay_ms_median",
             "estimate_without_ack_delay_ms_median", "ack_delay_share", "acks_with_delay"]
     print("\t".join(["qlog"] + keys))
@@ -299,8 +298,7 @@ def _publish(args) -> int:
     from .datacheck import DataCheckError, publish
     from .integrity import DataIntegrityError, check_raw_tree
 
-    if not args.limit_mb > 0:
-        raise DataCheckError(f"--limit-mb {args.limit_mb}: must be > 0")
+    limits.check("limit_mb", args.limit_mb, "--limit-mb")
     findings = check_raw_tree("results/raw", ".", keep_published=not args.replace_published)
     if findings:
         raise DataIntegrityError(findings)

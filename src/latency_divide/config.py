@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from . import limits
 from .buckets import Bucket, resolve_buckets, validate_buckets
 from .errors import ConfigError
 
@@ -147,6 +148,33 @@ def _schema_error(err: jsonschema.ValidationError) -> ConfigError:
     return ConfigError(f"config: {where} = {best.instance!r}: {best.message}")
 
 
+def _check_limits(raw: Mapping[str, Any]) -> None:
+    """Every number in its range and every name safe as a directory name
+    (latency_divide.limits: the one place these are defined). The schema checked the types."""
+    hh = raw["households"]
+    limits.check("seed", hh["seed"], "config: households.seed")
+    for i, b in enumerate(hh["buckets"]):
+        key = f"config: households.buckets[{i}]"
+        limits.check_name("bucket", b["name"], f"{key}.name")
+        limits.check("price_usd", b["min"], f"{key}.min")
+        if b["max"] is not None:
+            limits.check("price_usd", b["max"], f"{key}.max")
+        if "sample" in b:
+            limits.check("sample", b["sample"], f"{key}.sample")
+    limits.check("qfactor", raw["qfactor"], "config: qfactor")
+    for i, v in enumerate(raw["variants"]):
+        key = f"config: variants[{i}]"
+        limits.check_name("variant", v["name"], f"{key}.name")
+        if "delta" in v:
+            limits.check("delta", v["delta"], f"{key}.delta")
+        if "window_bytes" in v:
+            limits.check("window_bytes", v["window_bytes"], f"{key}.window_bytes")
+    for k in ("duration_s", "repetitions", "idle_s", "ping_interval_s", "queue_interval_s",
+              "retries"):
+        limits.check(k, raw["trial"][k], f"config: trial.{k}")
+    limits.check("window_bytes", raw["tool"]["window_bytes"], "config: tool.window_bytes")
+
+
 def _validate_schema(data: Any) -> None:
     schema = load_schema()
     cls = jsonschema.validators.validator_for(schema)
@@ -175,6 +203,7 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     if not isinstance(raw, dict):
         raise ConfigError(f"config must be a mapping of keys, not {type(raw).__name__}")
     _validate_schema(raw)
+    _check_limits(raw)
 
     hh = raw["households"]
     buckets = tuple(

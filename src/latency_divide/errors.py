@@ -5,8 +5,9 @@ class LatencyDivideError(Exception):
     """Base class: an error a user can act on; str(e) is the whole message."""
 
 
-class ConfigError(LatencyDivideError):
-    """A config value is invalid: the message names the key, the value and what is allowed."""
+class ConfigError(LatencyDivideError, ValueError):
+    """A config value is invalid: the message names the key, the value and what is allowed
+    (a ValueError too, for callers that validate values generally)."""
 
 
 class HouseholdError(LatencyDivideError):

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import limits
 from .errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -294,8 +295,7 @@ def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: floa
               mechanism: str = "netem", household_id: int = 0) -> LinkPlan:
     """The paper's link configuration for any rates and RTT (``household_id`` 0 for a link
     that is not a household's, e.g. in benchmarks)."""
-    if isinstance(qfactor, bool) or not isinstance(qfactor, (int, float)) or not qfactor > 0 or not math.isfinite(qfactor):
-        raise ConfigError(f"qfactor {qfactor!r} must be a number > 0")
+    limits.check("qfactor", qfactor)
     rtt_ms = float(rtt_ms)
     if not rtt_ms > 0 or not math.isfinite(rtt_ms):
         raise ConfigError(f"household {household_id}: RTT {rtt_ms!r} ms must be > 0")

@@ -29,6 +29,7 @@ from . import FORMAT_VERSION, PREFIX, __version__, definition, topology
 from .config import ToolSettings, Variant
 from .errors import CommandError, EnvironmentError_, LatencyDivideError, TrialError
 from .fsio import write_json_atomic
+from . import limits
 from .provenance import git_revision, sha256_file
 from .rawio import COMPRESSED_LOGS, compress_logs
 from .runners import LocalRunner
@@ -75,10 +76,11 @@ class TrialSpec:
 
     def __post_init__(self):
         v = self.variant
+        limits.check_name("variant", v.name, "variant")
         if v.cc not in CCS:
             raise ValueError(f"cc {v.cc!r} is not one of {', '.join(CCS)}")
-        if v.delta is not None and not (0 < v.delta <= 1):
-            raise ValueError(f"delta {v.delta} is outside (0, 1]")
+        if v.delta is not None:
+            limits.check("delta", v.delta)
         if v.delta is not None and v.cc != "copa":
             raise ValueError(f"delta is only meaningful for copa, not {v.cc!r}")
         for arg in self.tool.args:
@@ -89,13 +91,10 @@ class TrialSpec:
             raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction {self.direction!r} is not one of uplink, downlink")
-        for key in ("duration_s", "ping_interval_s", "queue_interval_s", "qfactor"):
-            v = getattr(self, key)
-            if not v > 0:
-                raise ValueError(f"{key} must be > 0, got {v}")
-        if self.idle_s < 0 or self.repetition < 1:
-            raise ValueError(f"idle_s must be >= 0 and repetition >= 1, got {self.idle_s}, "
-                             f"{self.repetition}")
+        for key in ("duration_s", "idle_s", "ping_interval_s", "queue_interval_s", "qfactor",
+                    "repetition"):
+            limits.check(key, getattr(self, key))
+        limits.check("window_bytes", self.tool.window_bytes, "tool window_bytes")
 
     @property
     def trial_id(self) -> str:
