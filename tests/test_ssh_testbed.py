@@ -317,24 +317,43 @@ def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
     # an interrupted trial: its owner is gone, its process still runs
     dead = subprocess.Popen(["true"])
     dead.wait()
+    rundir = f"{tb.slice.workdir}/run/cafe01"
+    r = tb.runner("cli", rundir=rundir)
+    r.run(["mkdir", "-p", rundir + "/client"])
     p2 = r.start(["sleep", "60"], stdout=tmp_path / "s.log")
+    p3 = r.start(["sleep", "61"], stdout=tmp_path / "s3.log")
+    argv0, ticks = ssh._process_identity(r, p2.pid)
+    assert argv0 == "sleep" and ticks.isdigit()
     state = {"tag": "cafe01", "owner_pid": dead.pid, "slice": tb.slice.name,
              "inventory": str(provisioned), "inventory_raw": yaml.safe_load(provisioned.read_text()),
-             "rundir": str(lab.dir / "work" / "run" / "t1"),
-             "processes": [{"role": "client", "pid": p2.pid, "argv0": "sleep"}],
+             "rundir": rundir,
+             "processes": [{"role": "client", "pid": p2.pid, "argv0": "sleep", "start_ticks": ticks},
+                           # the same program at a pid of the record, but started at another
+                           # time: the recorded process is gone and its pid reused
+                           {"role": "client", "pid": p3.pid, "argv0": "sleep",
+                            "start_ticks": str(int(ticks) - 100)}],
              "qdisc_devs": {"gw": [], "dly": []}, "offloads": {}, "bridge": False}
     # a private state directory: a concurrent `latency-divide clean` must not race us
     monkeypatch.setattr(ssh, "SSH_STATE_DIR", tmp_path / "state")
     sf = ssh.SSH_STATE_DIR / "cafe01.json"
     ssh._write_state(sf, state)
+    # records that cannot be trusted are skipped with a warning naming them
+    (ssh.SSH_STATE_DIR / "bad001.json").write_text("[1, 2]")
+    outside = {**state, "tag": "bad002", "rundir": "/etc", "processes": []}
+    ssh._write_state(ssh.SSH_STATE_DIR / "bad002.json", outside)
     try:
-        done, errors = ssh.clean_remote()
-        assert not errors, errors
-        assert any(f"pid {p2.pid}" in x for x in done), done
+        done, errors, warnings = ssh.clean_remote()
+        assert any(f"pid {p2.pid}" in x and "killed" in x for x in done), done
         assert not Path(f"/proc/{p2.pid}/cmdline").exists() or \
             Path(f"/proc/{p2.pid}/stat").read_text().split()[2] == "Z"
-        assert not sf.exists()
+        assert len(errors) == 1 and f"pid {p3.pid} not stopped" in errors[0], errors
+        assert p3.poll() is None  # still running: not ours any more
+        assert any("bad001.json: skipped, not a record" in w for w in warnings), warnings
+        assert any("bad002.json: skipped, its run directory '/etc'" in w for w in warnings)
+        assert (ssh.SSH_STATE_DIR / "bad002.json").exists()
+        assert sf.exists()  # an error left: the record stays for a later clean
     finally:
+        p3.stop(timeout=3)
         sf.unlink(missing_ok=True)
         tb.close()
 

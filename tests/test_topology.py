@@ -130,3 +130,52 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     finally:
         live.down()
     assert our_namespaces(live.tag) == []
+
+
+@needs_root
+@pytest.mark.netns
+def test_clean_skips_a_malformed_owner_record_and_cleans_the_rest(tmp_path, monkeypatch):
+    """A record it cannot trust (not JSON, pid 0 or -1: os.kill(-1, 0) would ask about every
+    process) is named in a warning and its namespaces are left alone; the rest is cleaned."""
+    monkeypatch.setattr(topology, "STATE_DIR", tmp_path)
+    tags = {"bad": topology.new_tag(), "neg": topology.new_tag(), "dead": topology.new_tag()}
+    (tmp_path / f"{tags['bad']}.json").write_text("{not json")
+    (tmp_path / f"{tags['neg']}.json").write_text('{"pid": -1}')
+    # a dead owner: a process that has exited
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / f"{tags['dead']}.json").write_text(f'{{"pid": {gone.pid}}}')
+    made = [topology.ns_name(t, "srv") for t in tags.values()]
+    try:
+        for ns in made:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        rep = clean()
+        assert rep.errors == [], rep.errors
+        assert any(f"{tags['bad']}.json: unreadable owner record" in w for w in rep.warnings)
+        assert any(f"{tags['neg']}.json: malformed owner record (pid -1)" in w
+                   for w in rep.warnings), rep.warnings
+        assert topology.ns_name(tags["dead"], "srv") in rep.removed
+        assert our_namespaces(tags["bad"]) and our_namespaces(tags["neg"])
+        assert (tmp_path / f"{tags['bad']}.json").exists()
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@needs_root
+@pytest.mark.netns
+def test_the_netem_probe_owns_its_namespace_like_every_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(topology, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(topology, "_NETEM_PROBE", None)
+    seen = []
+    real = topology.write_owner_record
+
+    def spy(tag, namespaces):
+        assert not any(our_namespaces(tag))  # written before the namespace exists
+        seen.append((tag, list(namespaces)))
+        return real(tag, namespaces)
+
+    monkeypatch.setattr(topology, "write_owner_record", spy)
+    topology.netem_available()
+    assert len(seen) == 1 and seen[0][1] == [topology.ns_name(seen[0][0], "gw")]
+    assert our_namespaces(seen[0][0]) == [] and list(tmp_path.iterdir()) == []

@@ -23,14 +23,28 @@ class CleanReport:
     records_removed: list[str] = field(default_factory=list)
     tmp_removed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: records skipped because they cannot be trusted (named, with why); cleaning went on
+    warnings: list[str] = field(default_factory=list)
+
+
+class BadRecord(Exception):
+    """An owner record that cannot be trusted; str(e) names the file and why."""
 
 
 def _owner_pid(tag: str) -> int | None:
+    """The pid of the process that owns a tag's namespaces, None if there is no record.
+    Raises BadRecord for a record that is unreadable or malformed."""
+    path = topology.STATE_DIR / f"{tag}.json"
     try:
-        rec = json.loads((topology.STATE_DIR / f"{tag}.json").read_text())
-        return int(rec["pid"])
-    except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError):
+        rec = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadRecord(f"{path}: unreadable owner record ({e})") from None
+    pid = rec.get("pid") if isinstance(rec, dict) else None
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 2:
+        raise BadRecord(f"{path}: malformed owner record (pid {pid!r})")
+    return pid
 
 
 #: A trial's temporary directory: ``.ld-tmp-rep<r>-<owner pid>-<random>`` (see trial.run_trial).
@@ -64,8 +78,14 @@ def clean(force: bool = False, results: Path | None = None) -> CleanReport:
         parsed = topology.parse_ns_name(ns)
         if parsed:
             by_tag.setdefault(parsed[0], []).append(ns)
+    bad: set[str] = set()
     for tag, names in sorted(by_tag.items()):
-        pid = _owner_pid(tag)
+        try:
+            pid = _owner_pid(tag)
+        except BadRecord as e:
+            rep.warnings.append(f"{e}: skipped, its namespaces {', '.join(names)} left alone")
+            bad.add(tag)
+            continue
         if pid is not None and pid != os.getpid() and pid_alive(pid) and not force:
             rep.in_use += names
             continue
@@ -77,9 +97,15 @@ def clean(force: bool = False, results: Path | None = None) -> CleanReport:
     if topology.STATE_DIR.is_dir():
         for rec in topology.STATE_DIR.glob("*.json"):
             tag = rec.stem
+            if tag in bad or not topology.TAG.match(tag) or not rec.is_file():
+                continue  # not one of ours, or already reported
             if tag in by_tag and any(ns in rep.in_use for ns in by_tag[tag]):
                 continue
-            pid = _owner_pid(tag)
+            try:
+                pid = _owner_pid(tag)
+            except BadRecord as e:
+                rep.warnings.append(f"{e}: skipped")
+                continue
             if tag not in by_tag and pid is not None and pid_alive(pid) and not force:
                 continue  # its owner is still building it
             rec.unlink(missing_ok=True)

@@ -176,13 +176,17 @@ def _clean(args) -> int:
         print("nothing to clean")
     for e in rep.errors:
         print(f"error: {e}", file=sys.stderr)
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     from .ssh import clean_remote
 
-    done, remote_errors = clean_remote(force=args.force)
+    done, remote_errors, remote_warnings = clean_remote(force=args.force)
     for line in done:
         print(line)
     for e in remote_errors:
         print(f"error: {e}", file=sys.stderr)
+    for w in remote_warnings:
+        print(f"warning: {w}", file=sys.stderr)
     return 1 if rep.errors or remote_errors else 0
 
 

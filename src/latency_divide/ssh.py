@@ -27,6 +27,7 @@ import contextlib
 import io
 import json
 import os
+import posixpath
 import shlex
 import signal
 import socket
@@ -45,7 +46,7 @@ from .fsio import write_json_atomic
 from .inventory import ROLE_NAMES, ROLES, Inventory, Node, Slice, load_inventory
 from .provenance import sha256_file
 from .runners import Completed, _argv, pid_alive
-from .topology import OFFLOAD_ARGS, STATE_DIR, NodeOps, new_tag
+from .topology import OFFLOAD_ARGS, STATE_DIR, TAG, NodeOps, new_tag
 
 SSH_STATE_DIR = STATE_DIR / "ssh"
 QSAMPLER_SRC = Path(__file__).resolve().parent / "qsampler.py"
@@ -684,8 +685,12 @@ class SshTopology(NodeOps):
 
     # lifecycle -----------------------------------------------------------------------------
     def _record_start(self, runner: FabricRunner, proc: FabricProcess) -> None:
+        # pid, program and start time: clean stops a process only if all three still match
+        # (a pid alone may have been reused by another program since)
+        ident = _process_identity(runner, proc.pid)
         self._state["processes"].append({"role": runner.node.role, "pid": proc.pid,
-                                         "argv0": proc.argv[0]})
+                                         "argv0": proc.argv[0],
+                                         "start_ticks": ident[1] if ident else None})
         _write_state(self.state_file, self._state)
 
     def _step(self, role: str, step: str):
@@ -846,35 +851,89 @@ class SshTopology(NodeOps):
 # clean (interrupted runs)
 # --------------------------------------------------------------------------------------------
 
-def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str]]:
-    """Undo SSH trials whose owning process died: stop their recorded PIDs (only if the PID
-    still runs the recorded program), delete our root qdiscs and bridge, remove the run
-    directories. Returns (done, errors)."""
+def _process_identity(runner, pid: int) -> tuple[str, str] | None:
+    """(argv[0], start time in clock ticks since boot) of a process on a node, None if gone."""
+    res = runner.run(["cat", f"/proc/{int(pid)}/cmdline", f"/proc/{int(pid)}/stat"],
+                     check=False, sudo=False)
+    if res.returncode != 0:
+        return None
+    cmdline, _, stat = res.stdout.rpartition("\0")  # cmdline is NUL-terminated
+    try:
+        start = stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5): starttime
+    except IndexError:
+        return None
+    return cmdline.split("\0")[0], start
+
+
+_STATE_KEYS = {"tag": str, "owner_pid": int, "slice": str, "inventory_raw": dict,
+               "rundir": str, "processes": list}
+
+
+def _read_state(path: Path) -> tuple[dict | None, str | None]:
+    """A trial's state record, or (None, why it cannot be used)."""
+    try:
+        st = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return None, f"unreadable ({e})"
+    if not isinstance(st, dict):
+        return None, f"not a record (a JSON {type(st).__name__})"
+    for k, t in _STATE_KEYS.items():
+        if not isinstance(st.get(k), t) or isinstance(st.get(k), bool):
+            return None, f"field {k!r} missing or not a {t.__name__}"
+    if not TAG.match(st["tag"]) or path.stem != st["tag"]:
+        return None, f"tag {st['tag']!r} is not ours or not the file's name"
+    if st["owner_pid"] < 2:
+        return None, f"owner_pid {st['owner_pid']} is not a process of ours"
+    for p in st["processes"]:
+        if not (isinstance(p, dict) and isinstance(p.get("pid"), int) and p["pid"] > 1
+                and p.get("role") in ROLES and isinstance(p.get("argv0"), str)):
+            return None, f"process entry {p!r} is malformed"
+    return st, None
+
+
+def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str], list[str]]:
+    """Undo SSH trials whose owning process died: stop their recorded processes (only those
+    whose pid still runs the recorded program, started at the recorded time), delete our root
+    qdiscs and bridge, remove the run directories (only the one our trial made: <slice
+    workdir>/run/<tag>). A record that cannot be used is skipped with an error naming it.
+    Returns (done, errors, warnings: the records skipped)."""
     done: list[str] = []
     errors: list[str] = []
+    warnings_: list[str] = []
     if not SSH_STATE_DIR.is_dir():
-        return done, errors
+        return done, errors, warnings_
     for path in sorted(SSH_STATE_DIR.glob("*.json")):
-        try:
-            st = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            errors.append(f"{path}: unreadable state ({e})")
+        st, why = _read_state(path)
+        if st is None:
+            warnings_.append(f"{path}: skipped, {why}")
             continue
-        if pid_alive(int(st.get("owner_pid", 0))) and st["owner_pid"] != os.getpid() and not force:
+        if pid_alive(st["owner_pid"]) and st["owner_pid"] != os.getpid() and not force:
             continue
         try:
             base = Path(st["inventory"]).parent if st.get("inventory") else None
             inv = load_inventory(st["inventory_raw"], base=base)
             tb = SshTestbed(inv, st["slice"])
+            ours = posixpath.normpath(f"{tb.slice.workdir}/run/{st['tag']}")
+            if st["rundir"] != ours:
+                tb.close()
+                warnings_.append(f"{path}: skipped, its run directory {st['rundir']!r} is not "
+                                 f"the one a trial of ours makes ({ours})")
+                continue
             try:
                 errs = []
-                for p in st.get("processes", []):
+                for p in st["processes"]:
                     role = ROLES[p["role"]]
                     r = tb.runner(role)
-                    cmd = r.run(["cat", f"/proc/{p['pid']}/cmdline"], check=False, sudo=False).stdout
-                    if cmd.split("\0")[0] == p["argv0"]:
-                        r.run(["kill", "-KILL", str(p["pid"])], check=False)
-                        done.append(f"{r.where}: killed pid {p['pid']} ({p['argv0']})")
+                    now = _process_identity(r, p["pid"])
+                    if now is None:
+                        continue  # gone
+                    if now != (p["argv0"], p.get("start_ticks")):
+                        errs.append(f"{r.where}: pid {p['pid']} not stopped: it runs "
+                                    f"{now[0]!r} started at tick {now[1]}, not the recorded "
+                                    f"{p['argv0']!r} started at {p.get('start_ticks')}")
+                        continue
+                    r.run(["kill", "-KILL", str(p["pid"])], check=False)
+                    done.append(f"{r.where}: killed pid {p['pid']} ({p['argv0']})")
                 for role, devs in st.get("qdisc_devs", {}).items():
                     for dev in devs:
                         res = tb.runner(role).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
@@ -889,11 +948,11 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str]]:
                                                  *[w for k, v in feats.items() for w in (k, v)]],
                                                 check=False)
                 for role in ("srv", "gw", "dly", "cli"):
-                    res = tb.runner(role).run(["rm", "-rf", "--", f"{st['rundir']}/{role}"],
+                    res = tb.runner(role).run(["rm", "-rf", "--", f"{ours}/{role}"],
                                               check=False)
                     if res.returncode != 0:
                         errs.append(f"{role}: {res.stderr.strip()}")
-                tb.runner("srv").run(["rmdir", "--", st["rundir"]], check=False)
+                tb.runner("srv").run(["rmdir", "--", ours], check=False)
             finally:
                 tb.close()
             if errs:
@@ -903,7 +962,7 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str]]:
                 done.append(f"slice {st['slice']}: trial {st['tag']} cleaned")
         except LatencyDivideError as e:
             errors.append(f"slice {st.get('slice')}: {e}")
-    return done, errors
+    return done, errors, warnings_
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -57,9 +58,22 @@ BRIDGE = "ld-br0"
 OFFLOAD_ARGS = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
 
 
+#: a topology's tag: six hex digits (new_tag)
+TAG = re.compile(r"\A[0-9a-f]{6}\Z")
+
+
 def new_tag() -> str:
     """Six hex digits: namespace names stay short (``ld-1a2b3c-srv``)."""
     return secrets.token_hex(3)
+
+
+def write_owner_record(tag: str, namespaces: list[str]) -> Path:
+    """Our owner record of a tag's namespaces (STATE_DIR/<tag>.json), written before any of
+    them is created: `clean` removes them only once this process is gone."""
+    path = STATE_DIR / f"{tag}.json"
+    write_json_atomic(path, {"tag": tag, "pid": os.getpid(), "namespaces": namespaces,
+                             "created_unix": time.time()})
+    return path
 
 
 def ns_name(tag: str, role: str) -> str:
@@ -74,7 +88,7 @@ def parse_ns_name(name: str) -> tuple[str, str] | None:
         return None
     rest = name[len(PREFIX):]
     tag, sep, role = rest.rpartition("-")
-    if not sep or role not in ROLES or not tag or not all(c in "0123456789abcdef" for c in tag):
+    if not sep or role not in ROLES or not TAG.match(tag):
         return None
     return tag, role
 
@@ -148,7 +162,9 @@ def netem_available() -> bool:
     global _NETEM_PROBE
     if _NETEM_PROBE is None:
         host = LocalRunner()
-        ns = f"{PREFIX}{new_tag()}-gw"  # a role name, so `clean` recognises a leftover probe
+        tag = new_tag()
+        ns = ns_name(tag, "gw")  # a role name, so `clean` recognises a leftover probe
+        record = write_owner_record(tag, [ns])  # owned like every namespace of ours
         try:
             host.run(["ip", "netns", "add", ns])
             r = LocalRunner(ns)
@@ -158,6 +174,7 @@ def netem_available() -> bool:
             _NETEM_PROBE = res.returncode == 0
         finally:
             host.run(["ip", "netns", "del", ns], check=False)
+            record.unlink(missing_ok=True)
     return _NETEM_PROBE
 
 
@@ -263,9 +280,7 @@ class Topology(NodeOps):
         return STATE_DIR / f"{self.tag}.json"
 
     def _write_owner(self) -> None:
-        rec = {"tag": self.tag, "pid": os.getpid(), "namespaces": [self.ns(r) for r in ROLES],
-               "created_unix": time.time()}
-        write_json_atomic(self.owner_file, rec)
+        write_owner_record(self.tag, [self.ns(r) for r in ROLES])
 
     def up(self) -> "Topology":
         t0 = time.monotonic()
