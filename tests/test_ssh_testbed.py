@@ -416,3 +416,73 @@ def test_slice_lock_is_exclusive(tmp_path):
                     pass
     with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as again:
         assert again == "a"
+
+
+_HOLD_LOCK = """
+import sys, time
+from latency_divide import ssh
+from latency_divide.inventory import load_inventory
+tb = ssh.SshTestbed(load_inventory(sys.argv[1]))
+lock = ssh.NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "holder-of-test").acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_slice_is_locked_on_its_nodes_against_any_other_run(lab, provisioned, tmp_path):
+    """The lock lives on the node (flock there, held by our SSH channel): another checkout,
+    or `latency-divide trial --inventory`, is refused with the holder named; the lock goes
+    when its holder dies (SIGKILL: no clean-up runs)."""
+    from latency_divide import ssh
+
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(provisioned)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        tb = ssh.SshTestbed(provisioned)
+        try:
+            with pytest.raises(ssh.SliceBusyError, match="locked by holder-of-test"):
+                ssh.NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "b").acquire()
+        finally:
+            tb.close()
+        t0 = time.monotonic()
+        p = subprocess.run([str(ROOT / ".venv/bin/latency-divide"), "trial", str(HOUSEHOLD),
+                            "--direction", "uplink", "--cc", "cubic", "--duration", "3",
+                            "--inventory", str(provisioned), "--out", str(tmp_path / "t")],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1 and "slice is in use" in p.stderr, p.stderr
+        assert "holder-of-test" in p.stderr and time.monotonic() - t0 < 60
+        assert not (tmp_path / "t").exists() or not any((tmp_path / "t").rglob("meta.json"))
+    finally:
+        holder.kill()
+        holder.wait()
+    tb = ssh.SshTestbed(provisioned)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # sshd notices the dropped connection and ends the holder's session
+            try:
+                ssh.NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "c").acquire().release()
+                break
+            except ssh.SliceBusyError:
+                assert time.monotonic() < deadline, "the lock outlived its killed holder"
+                time.sleep(0.2)
+    finally:
+        tb.close()
+
+
+def test_a_work_directory_others_could_write_is_refused(lab, provisioned, tmp_path):
+    from latency_divide import ssh
+
+    workdir = Path(ssh.SshTestbed(provisioned).slice.workdir)
+    assert oct(workdir.stat().st_mode & 0o777) == "0o700" and workdir.stat().st_uid == 0
+    workdir.chmod(0o777)
+    try:
+        p = subprocess.run([str(ROOT / ".venv/bin/latency-divide"), "trial", str(HOUSEHOLD),
+                            "--direction", "uplink", "--cc", "cubic", "--duration", "3",
+                            "--inventory", str(provisioned), "--out", str(tmp_path / "t")],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert f"work directory {workdir} is a directory owned by root with mode 777" in p.stderr
+        assert oct(workdir.stat().st_mode & 0o777) == "0o777"  # refused, not changed
+    finally:
+        workdir.chmod(0o700)

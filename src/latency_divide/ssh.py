@@ -89,6 +89,10 @@ class SshSetupError(EnvironmentError_):
     """A node is reachable but not usable as configured (not retried)."""
 
 
+class SliceBusyError(EnvironmentError_):
+    """Another run holds the slice (its lock on the nodes); not retried."""
+
+
 def _node_name(node: Node) -> str:
     return f"{node.role} node {node.user}@{node.host}:{node.port}"
 
@@ -338,6 +342,84 @@ class FabricProcess:
 def remote_tool_path(workdir: str, name: str, sha256: str, suffix: str = "") -> str:
     """Uploaded files are content-addressed: a rebuilt tool never runs from a stale copy."""
     return f"{workdir}/bin/{name}-{sha256[:16]}{suffix}"
+
+
+def ensure_private_workdir(r: "FabricRunner", workdir: str, create: bool = True) -> None:
+    """The slice's work directory holds the programs that run as root: it must be a directory
+    owned by the SSH user (root, or a user with sudo, who is root's equal anyway) with mode
+    0700, so that no other user of the node can replace them. Made so when missing
+    (``create``); an existing one with another owner or mode is refused, never changed."""
+    def stat():
+        res = r.run(["stat", "-c", "%U %a %F", "--", workdir], check=False, sudo=False)
+        return res.stdout.strip().split(" ", 2) if res.returncode == 0 else None
+
+    found = stat()
+    if found is None and create:
+        r.run(["mkdir", "-m", "0700", "--", workdir], sudo=False)
+        found = stat()
+    if found is None:
+        raise SshSetupError(f"{_node_name(r.node)}: work directory {workdir} does not exist "
+                            "(provision the slice: latency-divide provision)")
+    owner, mode, kind = found
+    if kind != "directory" or owner != r.node.user or mode != "700":
+        raise SshSetupError(
+            f"{_node_name(r.node)}: work directory {workdir} is a {kind} owned by {owner} with "
+            f"mode {mode}; it must be a directory owned by {r.node.user} with mode 700, as our "
+            "tools run as root from it: remove it, or set another slices[].workdir")
+
+
+#: exit code of flock -n when the lock is held by someone else
+_LOCK_BUSY = 75
+#: the lock holder: takes the lock, says so, then holds it as long as its stdin (our SSH
+#: channel) stays open; the lock goes when the channel or the connection closes, or we die
+_HOLD = ('printf "%s\\n" "$1" > "$2.holder"; echo locked; exec cat >/dev/null')
+
+
+class NodeLock:
+    """An exclusive lock on a slice, held on one of its nodes (``flock`` on
+    <workdir>/slice-<name>-<role>.lock) for as long as this object's SSH channel is open. Two runs,
+    two checkouts or `latency-divide trial --inventory` cannot shape the same slice at once."""
+
+    def __init__(self, r: "FabricRunner", workdir: str, slice_name: str, holder: str):
+        self.r = r
+        # one file per role: nodes that share a file system (containers, our SSH lab) do not
+        # lock each other out
+        self.path = f"{workdir}/slice-{slice_name}-{r.node.role}.lock"
+        self.holder = holder
+        self.chan = None
+
+    def acquire(self) -> "NodeLock":
+        argv = ["flock", "-n", "-E", str(_LOCK_BUSY), self.path, "sh", "-c", _HOLD, "sh",
+                self.holder, self.path]
+        try:
+            chan = self.r._live_conn().client.get_transport().open_session()
+            chan.exec_command(self.r.command(argv))
+            f = chan.makefile("r")
+            line = f.readline().strip()
+        except _SSH_EXC as e:
+            raise _classify(self.r.node, f"lock {self.path}", e) from None
+        if line == "locked":
+            self.chan = chan
+            return self
+        rc = chan.recv_exit_status()
+        chan.close()
+        if rc == _LOCK_BUSY:
+            who = self.r.run(["cat", "--", self.path + ".holder"], check=False,
+                             sudo=False).stdout.strip() or "unknown"
+            raise SliceBusyError(f"{_node_name(self.r.node)}: slice is in use ({self.path} is "
+                                 f"locked by {who}); wait for that run, or use another slice")
+        err = chan.makefile_stderr("r").read().strip() if not chan.closed else ""
+        raise SshSetupError(f"{_node_name(self.r.node)}: could not lock {self.path} (exit {rc}"
+                            f"{': ' + err if err else ''})")
+
+    def release(self) -> None:
+        if self.chan is not None:
+            with contextlib.suppress(Exception):
+                self.chan.shutdown_write()
+                self.chan.recv_exit_status()
+            with contextlib.suppress(Exception):
+                self.chan.close()
+            self.chan = None
 
 
 def check_sudo(r: FabricRunner) -> None:
@@ -634,6 +716,7 @@ class SshTopology(NodeOps):
         self._bridge = False
         self._restored: dict = {}
         self._kernels: dict[str, str] = {}
+        self._locks: list[NodeLock] = []
         sl = testbed.slice
         self.rundir = f"{sl.workdir}/run/{self.tag}"
         self.state_file = SSH_STATE_DIR / f"{self.tag}.json"
@@ -710,8 +793,17 @@ class SshTopology(NodeOps):
 
     def up(self) -> "SshTopology":
         t0 = time.monotonic()
+        sl = self.tb.slice
+        # the slice is ours for this trial: a lock held on the nodes we shape (gateway, delay)
+        holder = (f"{socket.gethostname()} pid {os.getpid()} trial {self.tag} since "
+                  f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        for role in ("gw", "dly"):
+            ensure_private_workdir(self.runner(role), sl.workdir, create=False)
+            self._locks.append(NodeLock(self.runner(role), sl.workdir, sl.name, holder).acquire())
         _write_state(self.state_file, self._state)
         for role in ("srv", "gw", "dly", "cli"):
+            if role in ("srv", "cli"):
+                ensure_private_workdir(self.runner(role), sl.workdir, create=False)
             with self._step(role, "prepare run directory") as r:
                 r.run(["mkdir", "-p", "--", f"{self.rundir}/{role}"])
                 self._kernels[role] = r.run(["uname", "-r"], sudo=False).stdout.strip()
@@ -832,8 +924,15 @@ class SshTopology(NodeOps):
         self.teardown_s = time.monotonic() - t0
         if errors:
             # Leave the state file: `latency-divide clean` finishes the job later.
+            self._release_locks()
             raise LatencyDivideError("SSH testbed teardown: " + "; ".join(errors))
         self.state_file.unlink(missing_ok=True)
+        self._release_locks()
+
+    def _release_locks(self) -> None:
+        for lock in reversed(self._locks):
+            lock.release()
+        self._locks = []
 
     def __enter__(self) -> "SshTopology":
         try:
@@ -919,7 +1018,17 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str], 
                 warnings_.append(f"{path}: skipped, its run directory {st['rundir']!r} is not "
                                  f"the one a trial of ours makes ({ours})")
                 continue
+            locks: list[NodeLock] = []
             try:
+                # undo only while no other run uses the slice (its lock went with its owner)
+                who = f"{socket.gethostname()} pid {os.getpid()} clean of trial {st['tag']}"
+                try:
+                    for role in ("gw", "dly"):
+                        locks.append(NodeLock(tb.runner(role), tb.slice.workdir,
+                                              tb.slice.name, who).acquire())
+                except SliceBusyError as e:
+                    errors.append(f"{path}: not cleaned now: {e}")
+                    continue
                 errs = []
                 for p in st["processes"]:
                     role = ROLES[p["role"]]
@@ -954,6 +1063,8 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str], 
                         errs.append(f"{role}: {res.stderr.strip()}")
                 tb.runner("srv").run(["rmdir", "--", ours], check=False)
             finally:
+                for lock in reversed(locks):
+                    lock.release()
                 tb.close()
             if errs:
                 errors += errs
@@ -1015,6 +1126,7 @@ def provision_node(inv: Inventory, slice_name: str | None, role: str, *, root: P
         if still:
             raise SshSetupError(f"{_node_name(node)}, step 'packages': still missing {still}")
         # our files
+        ensure_private_workdir(r, sl.workdir)
         r.run(["mkdir", "-p", "--", f"{sl.workdir}/bin", f"{sl.workdir}/run"], sudo=False)
         uploads: list[tuple[str, Path, str]] = []
         if role in ("srv", "cli"):
