@@ -486,3 +486,72 @@ def test_a_work_directory_others_could_write_is_refused(lab, provisioned, tmp_pa
         assert oct(workdir.stat().st_mode & 0o777) == "0o777"  # refused, not changed
     finally:
         workdir.chmod(0o700)
+
+
+@pytest.mark.netns
+def test_a_node_rebooted_mid_trial_ends_restored(lab, provisioned, tmp_path):
+    """The gateway "reboots" while the transfer runs: its root qdiscs are gone and the queue
+    sampler with them. The attempt ends in a named error or the trial completes; either way
+    teardown counts a qdisc that is no longer there as restored (no error, no state record
+    left for clean), and only a complete trial directory is left."""
+    import threading
+
+    from latency_divide.runners import LocalRunner
+    from latency_divide.ssh import SSH_STATE_DIR, SshTestbed
+    from latency_divide.trial import run_trial_with_retries
+
+    gw = lab.ns("gw")
+    rebooted: list[str] = []
+
+    def reboot():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(c.startswith("tquic-perf") for c in _comms(lab.ns("cli")).values()):
+                time.sleep(1.0)
+                for dev in ("ld-gs", "ld-gc"):
+                    LocalRunner(gw).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+                for pid, comm in _comms(gw).items():
+                    if not comm.startswith("sshd"):
+                        os.kill(pid, 9)
+                rebooted.append("gw")
+                return
+            time.sleep(0.05)
+
+    before = set(SSH_STATE_DIR.glob("*.json")) if SSH_STATE_DIR.is_dir() else set()
+    t = threading.Thread(target=reboot)
+    t.start()
+    messages: list[str] = []
+    tb = SshTestbed(provisioned)
+    try:
+        d = run_trial_with_retries(_spec(), tmp_path, retries=1, log=messages.append,
+                                   testbed=tb)
+    finally:
+        t.join()
+        tb.close()
+    assert rebooted
+    assert not any("teardown" in m for m in messages), messages
+    assert sorted(p.name for p in d.parent.iterdir()) == ["rep1"]
+    after = set(SSH_STATE_DIR.glob("*.json")) if SSH_STATE_DIR.is_dir() else set()
+    assert after <= before, "a state record was left: teardown failed"
+    for dev in ("ld-gs", "ld-gc"):
+        out = LocalRunner(gw).run(["tc", "-j", "qdisc", "show", "dev", dev]).stdout
+        assert all(e["kind"] not in ("htb", "bfifo") for e in json.loads(out)), out
+    for role in ("srv", "gw", "dly", "cli"):
+        assert set(_comms(lab.ns(role)).values()) <= {"sshd"}, role
+
+
+def test_a_changed_host_key_is_refused_naming_the_fix(lab, tmp_path):
+    from latency_divide.ssh import SshSetupError, SshTestbed
+
+    lines = lab.known_hosts.read_text().splitlines()
+    srv_key = next(ln for ln in lines if ln.startswith(lab.mgmt_addr["srv"] + " ")).split(" ", 1)[1]
+    kh = tmp_path / "known_hosts"
+    # the client's address now presents a key other than the one recorded for it
+    kh.write_text("\n".join(f"{lab.mgmt_addr['cli']} {srv_key}" if ln.startswith(
+        lab.mgmt_addr["cli"] + " ") else ln for ln in lines) + "\n")
+    inv = load_inventory(lab.inventory(known_hosts=str(kh)))
+    with pytest.raises(SshSetupError) as e:
+        SshTestbed(inv).check(_spec())
+    msg = str(e.value)
+    assert "client node" in msg and "host key does not match known_hosts" in msg, msg
+    assert "ssh-keygen -R" in msg

@@ -693,6 +693,37 @@ class SshTestbed:
         return SshTopology(self, spec, plan, Path(log_dir), found)
 
 
+#: root qdisc kinds a trial of ours installs (htb + bfifo on the gateway; netem or tbf on the
+#: delay node)
+_OUR_ROOT_QDISCS = {"htb", "netem", "tbf"}
+
+
+def _delete_root_qdisc(r: FabricRunner, dev: str) -> None:
+    """Delete our root qdisc of ``dev``. One that is already gone (the node rebooted, or an
+    earlier teardown got that far) counts as restored; anything else that fails is raised."""
+    res = r.run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+    if res.returncode == 0:
+        return
+    show = r.run(["tc", "-j", "qdisc", "show", "dev", dev, "root"], check=False)
+    if show.returncode != 0:
+        return  # the device itself is gone (rebooted with it)
+    try:
+        kinds = {q.get("kind") for q in json.loads(show.stdout or "[]")}
+    except json.JSONDecodeError:
+        kinds = {"?"}
+    if kinds & _OUR_ROOT_QDISCS or "?" in kinds:
+        raise CommandError(["tc", "qdisc", "del", "dev", dev, "root"], res.returncode,
+                           res.stdout, res.stderr, r.where)
+
+
+def _delete_bridge(r: FabricRunner) -> None:
+    res = r.run(["ip", "link", "del", BRIDGE], check=False)
+    if res.returncode != 0 and r.run(["ip", "link", "show", BRIDGE], check=False,
+                                     sudo=False).returncode == 0:
+        raise CommandError(["ip", "link", "del", BRIDGE], res.returncode, res.stdout,
+                           res.stderr, r.where)
+
+
 class SshTopology(NodeOps):
     """The slice configured for one trial (context manager; restored in ``__exit__``)."""
 
@@ -897,15 +928,12 @@ class SshTopology(NodeOps):
                 if r.run(["test", "-s", remote], check=False, sudo=False).returncode == 0:
                     r.get(remote, local)
             attempt(f"fetch {remote}", get)
-        for dev in self._changed["gw"]:
-            attempt(f"gateway: delete root qdisc of {dev}",
-                    lambda dev=dev: self.runner("gw").run(["tc", "qdisc", "del", "dev", dev, "root"]))
-        for dev in self._changed["dly"]:
-            attempt(f"delay: delete root qdisc of {dev}",
-                    lambda dev=dev: self.runner("dly").run(["tc", "qdisc", "del", "dev", dev, "root"]))
+        for role in ("gw", "dly"):
+            for dev in self._changed[role]:
+                attempt(f"{ROLE_NAMES[role]}: delete root qdisc of {dev}",
+                        lambda role=role, dev=dev: _delete_root_qdisc(self.runner(role), dev))
         if self._bridge:
-            attempt("delay: delete bridge",
-                    lambda: self.runner("dly").run(["ip", "link", "del", BRIDGE]))
+            attempt("delay: delete bridge", lambda: _delete_bridge(self.runner("dly")))
         for role, devs in self._offloads.items():
             for dev, feats in devs.items():
                 if feats:
