@@ -107,7 +107,9 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     clone, env = pulled["clone"], pulled["env"]
     before = raw_state(clone)
     trials = published_trials(clone)
-    assert len(trials) == 528  # the reference run (304) and the fast-links run (224)
+    # the reference run (304), the fast-links run (224 more), mvfst's tperf: the paper's sweep
+    # (304) and its fast links unbound (144 more)
+    assert len(trials) == 976
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
@@ -117,6 +119,9 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # the published companion data sets (config: companions) are analysed beside the run
     assert jobs.get("companion_tables_fast_links") == 1, jobs
     assert jobs.get("companion_figures_fast_links") == 1, jobs
+    for name in ("mvfst", "mvfst_fast_links"):
+        assert jobs.get(f"companion_tables_{name}") == 1, jobs
+        assert jobs.get(f"companion_figures_{name}") == 1, jobs
     assert "refusing to measure" not in log
     assert raw_state(clone) == before  # no file under results/raw deleted, rewritten or added
     for t in TABLES:
@@ -135,6 +140,10 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     assert sorted(ft["window_bytes"].unique()) == [65536, 1048576]
     for f in FIGURES:
         assert (fast / f"figures/{f}.pdf").stat().st_size > 0
+    mv = pq.read_table(clone / "results/companions/mvfst/tables/trials.parquet").to_pandas()
+    assert len(mv) == 304 and mv["definition_id"].nunique() == 4 and (mv["tool"] == "tperf").all()
+    mvf = pq.read_table(clone / "results/companions/mvfst-fast-links/tables/trials.parquet")
+    assert mvf.num_rows == 288 and len(set(mvf.column("definition_id").to_pylist())) == 8
     # the same command again: nothing to do
     again = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -301,7 +310,7 @@ def test_the_published_fast_links_run_reanalyses_with_no_trial(pulled):
             clone, env)
     jobs = job_counts(p.stdout + p.stderr)
     assert "trial" not in jobs and jobs.get("analysis_tables") == 1, jobs
-    assert len(published_trials(clone)) == 528
+    assert len(published_trials(clone)) == 976
 
 
 def test_a_companion_with_a_trial_missing_is_left_out_and_named(pulled):

@@ -416,7 +416,7 @@ def format_dvc_trace(record: dict, root: Path | str = ".", files: bool = False) 
 # publish: results/raw -> the published remote (dvc-remote/, committed to git)
 
 #: Largest published remote we accept (bytes): the remote is committed to git as plain files.
-PUBLISH_LIMIT_BYTES = 30_000_000
+PUBLISH_LIMIT_BYTES = 60_000_000
 PUBLISH_STAGE = "trials"
 
 
