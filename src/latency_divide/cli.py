@@ -250,6 +250,26 @@ def _copa_rtt(args) -> int:
     return 0
 
 
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("summaries", nargs="+", metavar="NAME=SUMMARY",
+                   help="a run's name and its summary table (results/tables/summary.parquet, "
+                   "results/companions/<name>/tables/summary.parquet)")
+    p.add_argument("--variant", action="append", help="only these variants, in this order")
+
+
+def _compare(args) -> int:
+    from .compare import load_summaries, markdown
+
+    named = []
+    for item in args.summaries:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"{item!r}: give NAME=PATH, e.g. tquic=results/tables/summary.parquet")
+        named.append((name, path))
+    print(markdown(load_summaries(named), args.variant))
+    return 0
+
+
 def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("figure", help="a figure (results/figures/NAME.pdf) or its .provenance.json")
     p.add_argument("--root", default=".", help="directory the recorded relative paths are "
@@ -344,6 +364,8 @@ COMMANDS: dict[str, Command] = {
     "sample": Command("draw households of a price bucket (weighted, seeded)", _sample_args, _sample),
     "linkplan": Command("print the tc/delay commands for a household", _linkplan_args, _linkplan),
     "summarize": Command("print one trial's row of the trials table", _summarize_args, _summarize),
+    "compare": Command("summary tables of several runs side by side (Markdown: delay ms / "
+                       "normalized throughput)", _compare_args, _compare),
     "copa-rtt": Command("what mvfst's Copa takes for queueing delay, from tperf's qlog "
                         "(latest - min RTT, and the peer's ack delay in it)", _copa_rtt_args,
                         _copa_rtt),
