@@ -38,10 +38,5 @@ for _c in COMPANIONS_PRESENT:
             "../workflow/scripts/build_tables.py"
 
 
-def companion_targets():
-    return [t for c in COMPANIONS_PRESENT
-            for t in list(table_files(c.root).values()) + figure_targets(c.root, c.cfg)]
-
-
 TARGET_FUNCTIONS.append(analysis_targets)
 TARGET_FUNCTIONS.append(companion_targets)

@@ -54,8 +54,8 @@ def figure_names(cfg=CFG):
 
 
 def figure_targets(root="results", cfg=CFG):
-    return expand(root + "/figures/{figure}.{ext}", figure=figure_names(cfg),
-                  ext=["pdf", "png", "provenance.json"])
+    return [f"{root}/figures/{fig}.{ext}" for fig in figure_names(cfg)
+            for ext in ("pdf", "png", "provenance.json")]
 
 
 def figure_outputs(root="results", cfg=CFG, category="Figures"):
@@ -79,6 +79,12 @@ def timeseries_household(cfg=CFG):
     None (the first configured household with a valid trial)."""
     chosen = (cfg.raw.get("figures") or {}).get("timeseries_household")
     return int(chosen) if chosen is not None else None
+
+
+def companion_targets():
+    """Tables and figures of every companion data set present (COMPANIONS_PRESENT below)."""
+    return [t for c in COMPANIONS_PRESENT
+            for t in list(table_files(c.root).values()) + figure_targets(c.root, c.cfg)]
 
 
 # Companion data sets (latency_divide.companions): other configs' published trials, analysed
