@@ -3,9 +3,12 @@
 mvfst's Copa (quic/congestion_control/Copa.cpp) estimates queueing delay, by default, as the
 latest RTT sample minus the minimum RTT: ``d = latest_rtt - min_rtt``, and aims at a rate of
 ``1 / (delta * d)`` packets per second. The latest RTT is the raw sample, ack delay included (RFC
-9002 subtracts the peer's ack delay only from the smoothed RTT). Every Copa ack event logs a
-``metric_update`` with ``latest_rtt``, ``min_rtt``, ``smoothed_rtt`` and ``ack_delay`` (ms; the
-last omitted when 0), so the qlog shows how much of ``d`` is the peer's ack delay.
+9002 subtracts the peer's ack delay only from the smoothed RTT). Copa logs a metrics update
+(``quic:recovery_metrics_updated``; ``metric_update`` in older qlog schemas) with
+``latest_rtt``, ``min_rtt``, ``smoothed_rtt`` and ``ack_delay`` (ms; the last omitted when 0)
+at every ack and also at every packet sent, which repeats the last ack's values: consecutive
+repeats are kept once, so there is one sample per ack. The qlog thus shows how much of ``d``
+is the peer's ack delay.
 """
 from __future__ import annotations
 
@@ -56,11 +59,12 @@ def _events(doc: dict):
 
 
 def rtt_samples(doc: dict) -> list[RttSample]:
-    """Every metric update that carries an RTT, in log order (consecutive duplicates, which
-    Copa logs twice per ack, are kept once)."""
+    """One sample per ack: every metrics update that carries an RTT sample, in log order,
+    consecutive repeats of the same values kept once."""
     out: list[RttSample] = []
     for t, name, data in _events(doc):
-        if not str(name).endswith("metric_update") or "latest_rtt" not in data:
+        if not str(name).endswith(("metric_update", "metrics_updated")) or \
+                "latest_rtt" not in data:
             continue
         try:
             s = RttSample(float(t), float(data["latest_rtt"]), float(data["min_rtt"]),
@@ -70,9 +74,12 @@ def rtt_samples(doc: dict) -> list[RttSample]:
             raise QlogError(f"qlog: metric_update at {t!r} lacks a number: {e}") from e
         if not all(math.isfinite(x) for x in (s.latest_rtt_ms, s.min_rtt_ms, s.ack_delay_ms)):
             raise QlogError(f"qlog: metric_update at {t!r} has a non-finite RTT")
-        if out and (s.latest_rtt_ms, s.min_rtt_ms, s.ack_delay_ms, s.time_ms) == (
-                out[-1].latest_rtt_ms, out[-1].min_rtt_ms, out[-1].ack_delay_ms, out[-1].time_ms):
-            continue
+        if s.latest_rtt_ms <= 0:
+            continue  # before the first RTT sample
+        last = out[-1] if out else None
+        if last and (s.latest_rtt_ms, s.min_rtt_ms, s.ack_delay_ms, s.smoothed_rtt_ms) == (
+                last.latest_rtt_ms, last.min_rtt_ms, last.ack_delay_ms, last.smoothed_rtt_ms):
+            continue  # the same ack's values, logged again at a packet sent
         out.append(s)
     return out
 
