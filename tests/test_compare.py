@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gzip
-import json
 import subprocess
 
 import pandas as pd
@@ -59,3 +58,29 @@ def test_qlog_errors(tmp_path):
                                    "data": {"latest_rtt": "x", "min_rtt": 1, "smoothed_rtt": 1}}]}]}
     with pytest.raises(QlogError, match="lacks a number"):
         rtt_samples(doc)
+
+
+def test_real_tperf_qlog_one_sample_per_ack_and_the_ack_delay_in_copas_estimate(tmp_path):
+    path = QLOGS / "tperf-11406-copa-0.8-3s.qlog.gz"
+    doc = read_qlog(path)
+    events = doc["traces"][0]["events"]
+    acks = [e for e in events if e["name"] == "quic:packet_received"
+            and any(f.get("frame_type") == "ack" for f in e["data"].get("frames", []))]
+    samples = rtt_samples(doc)
+    assert len(acks) == len(samples) == 95  # the repeats at packets sent are folded
+    assert samples[-1].latest_rtt_ms == 77.861 and samples[-1].ack_delay_ms == 10.384
+    est = copa_estimate(samples, skip_ms=1000)
+    assert est["samples"] == 63 and est["min_rtt_ms"] == 67.567
+    assert est["estimate_ms_median"] == pytest.approx(19.531)
+    assert est["ack_delay_ms_median"] == pytest.approx(15.536)
+    assert est["ack_delay_share"] == pytest.approx(0.836, abs=1e-3)
+    p = subprocess.run([CLI, "copa-rtt", "--skip-s", "1", str(path)], capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    row = dict(zip(*[line.split("\t") for line in p.stdout.splitlines()]))
+    assert row["samples"] == "63" and row["ack_delay_share"] == "0.836"
+    # and a truncated copy is refused, not half-read
+    cut = tmp_path / "cut.qlog"
+    cut.write_bytes(gzip.decompress(path.read_bytes())[:100_000])
+    with pytest.raises(QlogError, match="not a readable qlog"):
+        read_qlog(cut)
