@@ -36,6 +36,8 @@ CLI = str(VENV_BIN / "latency-divide")
 FIGURES = ["delay_tput", "self_delay", "timeseries", "divide"]
 TABLES = ["trials", "summary", "exclusions", "timeseries/ping", "timeseries/queue",
           "timeseries/throughput", "households"]
+# the reference run's trial definitions (cubic, copa-0.2, -0.5, -0.8; tests/test_definition.py)
+REFERENCE_DEFINITIONS = ("def-7b4e62e9a6", "def-01a0987011", "def-8cfa77f619", "def-16ce5f986b")
 # what the published config's trials recorded as their configuration's hash
 PUBLISHED_CONFIG_HASH = "b43589888ee2296447ec199076f3325ceec02854d3274710852fad0d5fd707dd"
 
@@ -251,7 +253,8 @@ def _analysis_fails(clone: Path, env, *needles: str) -> str:
 
 def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pulled):
     clone, env = pulled["clone"], pulled["env"]
-    trials = published_trials(clone)
+    ref = set(REFERENCE_DEFINITIONS)
+    trials = [t for t in published_trials(clone) if t.relative_to(clone).parts[2] in ref]
     t1, t2, t3 = (p.relative_to(clone).as_posix() for p in (trials[0], trials[100], trials[200]))
     # 1. a meta.json value edited after the pull (the capacity)
     meta = clone / t1 / "meta.json"
@@ -273,6 +276,20 @@ def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pull
     run([DVC, "checkout", "--force"], clone, env)
     (clone / t3 / "ping.log.gz").unlink()
     _analysis_fails(clone, env, f"{t3}/ping.log.gz: missing")
+    # 4. a companion's own trial (mvfst): its analysis stops, naming it; no table of it
+    run([DVC, "checkout", "--force"], clone, env)
+    t4 = next(t for t in published_trials(clone) if t.relative_to(clone).parts[2]
+              not in ref).relative_to(clone).as_posix()
+    (clone / t4 / "ping.log.gz").unlink()
+    comp = clone / "results/companions"
+    shutil.rmtree(comp, ignore_errors=True)
+    p = run([SNAKEMAKE, "--cores", "1", "--keep-going", "all"], clone, env, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and f"{t4}/ping.log.gz: missing" in out, out[-3000:]
+    assert "trial" not in job_counts(out)
+    broken = [c for c in ("fast-links", "mvfst", "mvfst-fast-links")
+              if not (comp / c / "tables/trials.parquet").exists()]
+    assert broken, "a companion with a missing file was analysed"
     # the repair the message names works
     run([DVC, "checkout", "--force"], clone, env)
     run([SNAKEMAKE, "--cores", "1", "all"], clone, env)

@@ -1039,6 +1039,12 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str], 
         try:
             base = Path(st["inventory"]).parent if st.get("inventory") else None
             inv = load_inventory(st["inventory_raw"], base=base)
+        except ConfigError as e:
+            # an inventory that no longer loads (its known_hosts or key file gone): nothing
+            # can be reached with it; say so and go on rather than fail every clean forever
+            warnings_.append(f"{path}: skipped, its inventory cannot be used any more: {e}")
+            continue
+        try:
             tb = SshTestbed(inv, st["slice"])
             ours = posixpath.normpath(f"{tb.slice.workdir}/run/{st['tag']}")
             if st["rundir"] != ours:
