@@ -157,34 +157,28 @@ def _comms(ns: str) -> dict[int, str]:
     return out
 
 
-@pytest.mark.netns
-def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
-    """Kill the client node's SSH sessions while the receiver runs. Either the runner re-opens
-    the session (recorded in meta.json) or, if a command was in flight, the attempt fails with
-    an error naming the node, teardown reconnects and cleans up and the retry completes. Only
-    the complete trial directory is left, and no process on the nodes."""
+
+def _trial_with_fault(provisioned, tmp_path, client_ns: str, fault):
+    """Run a trial (one retry allowed) while ``fault()`` strikes 1 s after tquic-perf has
+    started in the client node's namespace; return (trial directory, retry messages, whether it struck)."""
     import threading
-    import time
 
     from latency_divide.ssh import SshTestbed
     from latency_divide.trial import run_trial_with_retries
 
-    ns, listener = lab.ns("cli"), lab.sshd["cli"].pid
-    killed: list[int] = []
+    struck: list[bool] = []
 
-    def drop():
+    def watch():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if any(c.startswith("tquic-perf") for c in _comms(ns).values()):
+            if any(c.startswith("tquic-perf") for c in _comms(client_ns).values()):
                 time.sleep(1.0)
-                for pid, comm in _comms(ns).items():
-                    if comm.startswith("sshd") and pid != listener:
-                        os.kill(pid, 9)
-                        killed.append(pid)
+                fault()
+                struck.append(True)
                 return
             time.sleep(0.05)
 
-    t = threading.Thread(target=drop)
+    t = threading.Thread(target=watch)
     t.start()
     messages: list[str] = []
     tb = SshTestbed(provisioned)
@@ -194,6 +188,25 @@ def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
     finally:
         t.join()
         tb.close()
+    return d, messages, bool(struck)
+
+
+@pytest.mark.netns
+def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
+    """Kill the client node's SSH sessions while the receiver runs. Either the runner re-opens
+    the session (recorded in meta.json) or, if a command was in flight, the attempt fails with
+    an error naming the node, teardown reconnects and cleans up and the retry completes. Only
+    the complete trial directory is left, and no process on the nodes."""
+    ns, listener = lab.ns("cli"), lab.sshd["cli"].pid
+    killed: list[int] = []
+
+    def drop():
+        for pid, comm in _comms(ns).items():
+            if comm.startswith("sshd") and pid != listener:
+                os.kill(pid, 9)
+                killed.append(pid)
+
+    d, messages, _ = _trial_with_fault(provisioned, tmp_path, ns, drop)
     assert killed, "no SSH session was dropped"
     meta = json.loads((d / "meta.json").read_text())
     if meta["attempt"] == 1:
@@ -494,40 +507,20 @@ def test_a_node_rebooted_mid_trial_ends_restored(lab, provisioned, tmp_path):
     sampler with them. The attempt ends in a named error or the trial completes; either way
     teardown counts a qdisc that is no longer there as restored (no error, no state record
     left for clean), and only a complete trial directory is left."""
-    import threading
-
     from latency_divide.runners import LocalRunner
-    from latency_divide.ssh import SSH_STATE_DIR, SshTestbed
-    from latency_divide.trial import run_trial_with_retries
+    from latency_divide.ssh import SSH_STATE_DIR
 
     gw = lab.ns("gw")
-    rebooted: list[str] = []
 
     def reboot():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if any(c.startswith("tquic-perf") for c in _comms(lab.ns("cli")).values()):
-                time.sleep(1.0)
-                for dev in ("ld-gs", "ld-gc"):
-                    LocalRunner(gw).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
-                for pid, comm in _comms(gw).items():
-                    if not comm.startswith("sshd"):
-                        os.kill(pid, 9)
-                rebooted.append("gw")
-                return
-            time.sleep(0.05)
+        for dev in ("ld-gs", "ld-gc"):
+            LocalRunner(gw).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+        for pid, comm in _comms(gw).items():
+            if not comm.startswith("sshd"):
+                os.kill(pid, 9)
 
     before = set(SSH_STATE_DIR.glob("*.json")) if SSH_STATE_DIR.is_dir() else set()
-    t = threading.Thread(target=reboot)
-    t.start()
-    messages: list[str] = []
-    tb = SshTestbed(provisioned)
-    try:
-        d = run_trial_with_retries(_spec(), tmp_path, retries=1, log=messages.append,
-                                   testbed=tb)
-    finally:
-        t.join()
-        tb.close()
+    d, messages, rebooted = _trial_with_fault(provisioned, tmp_path, lab.ns("cli"), reboot)
     assert rebooted
     assert not any("teardown" in m for m in messages), messages
     assert sorted(p.name for p in d.parent.iterdir()) == ["rep1"]
