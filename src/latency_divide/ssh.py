@@ -402,13 +402,13 @@ class NodeLock:
             self.chan = chan
             return self
         rc = chan.recv_exit_status()
+        err = chan.makefile_stderr("r").read().decode(errors="replace").strip()
         chan.close()
         if rc == _LOCK_BUSY:
             who = self.r.run(["cat", "--", self.path + ".holder"], check=False,
                              sudo=False).stdout.strip() or "unknown"
             raise SliceBusyError(f"{_node_name(self.r.node)}: slice is in use ({self.path} is "
                                  f"locked by {who}); wait for that run, or use another slice")
-        err = chan.makefile_stderr("r").read().strip() if not chan.closed else ""
         raise SshSetupError(f"{_node_name(self.r.node)}: could not lock {self.path} (exit {rc}"
                             f"{': ' + err if err else ''})")
 
@@ -828,13 +828,12 @@ class SshTopology(NodeOps):
         # the slice is ours for this trial: a lock held on the nodes we shape (gateway, delay)
         holder = (f"{socket.gethostname()} pid {os.getpid()} trial {self.tag} since "
                   f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
-        for role in ("gw", "dly"):
+        for role in ("srv", "gw", "dly", "cli"):  # refuse a work directory others could write
             ensure_private_workdir(self.runner(role), sl.workdir, create=False)
+        for role in ("gw", "dly"):
             self._locks.append(NodeLock(self.runner(role), sl.workdir, sl.name, holder).acquire())
         _write_state(self.state_file, self._state)
         for role in ("srv", "gw", "dly", "cli"):
-            if role in ("srv", "cli"):
-                ensure_private_workdir(self.runner(role), sl.workdir, create=False)
             with self._step(role, "prepare run directory") as r:
                 r.run(["mkdir", "-p", "--", f"{self.rundir}/{role}"])
                 self._kernels[role] = r.run(["uname", "-r"], sudo=False).stdout.strip()
