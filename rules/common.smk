@@ -5,6 +5,9 @@ from latency_divide.companions import load_companions, table_files
 from latency_divide.config import load_config
 from latency_divide.definition import ID_PATTERN
 from latency_divide.trial import trial_ids, trial_meta_path
+from latency_divide.admission import trial_host_load as admission_host_load
+from latency_divide.households import get_household
+from latency_divide.linkplan import make_linkplan
 
 # The package's config object: validated, households resolved (IDs checked, samples drawn).
 CFG = load_config(config)
@@ -30,6 +33,23 @@ def link_targets():
 # qfactor, duration, tool, window, delta ... names other trial directories (measured anew) and
 # leaves the earlier ones as they are.
 TRIALS = trial_ids(CFG)
+
+
+_LINKPLANS = {}
+
+
+def trial_host_load(wildcards):
+    """A trial's share of this host's CPU (latency_divide.admission), from its link plan: the
+    `host_load` resource of rules/trials.smk, admitted against the profile's budget."""
+    hid = int(wildcards.household)
+    if hid not in _LINKPLANS:
+        _LINKPLANS[hid] = make_linkplan(get_household(hid, CFG.buckets), qfactor=CFG.qfactor)
+    try:
+        tool = CFG.tool_for(CFG.variant(wildcards.variant))
+    except (KeyError, ValueError):
+        return 1  # not this config's variant: the job refuses it at once (workflow_glue)
+    return admission_host_load(_LINKPLANS[hid], wildcards.direction, tool.window_bytes,
+                               tool.name, CFG.testbed.kind)
 
 
 def trial_targets():

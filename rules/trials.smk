@@ -27,6 +27,12 @@ rule trial:
         ),
     log:
         "logs/trial/{definition}/{household}/{direction}/{variant}/rep{rep}.log",
+    # A trial uses a fraction of a core: it does not count against --cores (threads: 0) but
+    # asks for its expected share of the host's CPU (latency_divide.admission), admitted
+    # against the budget in profiles/default/config.yaml (resources: host_load=...).
+    threads: 0
+    resources:
+        host_load=trial_host_load,
     conda:
         "../envs/trials.yaml"
     script:

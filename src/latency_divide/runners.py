@@ -58,34 +58,83 @@ def _argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system, with the children it has reaped) of a live or zombie
+    process, from /proc/PID/stat; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # fields[0] is field 3 (state): utime, stime, cutime, cstime are fields 14-17
+    return round(sum(int(x) for x in fields[11:15]) / _CLK_TCK, 2)
+
+
+def _exited_unreaped(pid: int, block: bool) -> bool:
+    """True once ``pid`` has exited; it stays a zombie (not reaped), so /proc still has its
+    CPU times."""
+    flags = os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
+    try:
+        return os.waitid(os.P_PID, pid, flags) is not None
+    except ChildProcessError:
+        return True  # already reaped
+
+
 class LocalProcess:
-    """A background process on this host; stopped by its PID only."""
+    """A background process on this host; stopped by its PID only. ``cpu_s`` is its CPU
+    time (user + system, seconds) once it has ended (None before)."""
 
     def __init__(self, popen: subprocess.Popen, argv: list[str], files: list):
         self._popen = popen
         self.pid = popen.pid
         self.argv = argv
         self._files = files
+        self.cpu_s: float | None = None
 
     def poll(self) -> int | None:
-        return self._popen.poll()
+        if self._popen.returncode is None and _exited_unreaped(self.pid, block=False):
+            self._reap()
+        return self._popen.returncode
+
+    def _wait_exit(self, timeout: float | None) -> None:
+        """Wait for the exit without reaping, read its CPU time, then reap."""
+        if timeout is None:
+            _exited_unreaped(self.pid, block=True)
+        else:
+            deadline = time.monotonic() + timeout
+            while not _exited_unreaped(self.pid, block=False):
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(self.argv, timeout)
+                time.sleep(0.005)
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._popen.returncode is None:
+            cpu = process_cpu_s(self.pid)
+            if cpu is not None:
+                self.cpu_s = cpu
+        self._popen.wait()
 
     def wait(self, timeout: float | None = None) -> int:
-        rc = self._popen.wait(timeout=timeout)
+        if self._popen.returncode is None:
+            self._wait_exit(timeout)
         self._close()
-        return rc
+        return self._popen.returncode
 
     def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int:
-        if self._popen.poll() is None:
+        if self.poll() is None:
             try:
                 self._popen.send_signal(sig)
             except ProcessLookupError:
                 pass
             try:
-                self._popen.wait(timeout=timeout)
+                self._wait_exit(timeout)
             except subprocess.TimeoutExpired:
                 self._popen.kill()
-                self._popen.wait(timeout=timeout)
+                self._wait_exit(timeout)
         self._close()
         return self._popen.returncode
 

@@ -288,6 +288,7 @@ class FabricProcess:
         self._fetch = fetch
         self.returncode: int | None = None
         self.fetched = False
+        self.cpu_s: float | None = None  # not measured on remote nodes
 
     def poll(self) -> int | None:
         if self.returncode is not None:

@@ -212,11 +212,14 @@ class NodeOps:
     ``runner(role)``: needs ``self._delayline`` (the delay line process, or None)."""
 
     _delayline = None
+    #: CPU seconds of the delay line once stopped (None where not measured, e.g. over SSH)
+    delayline_cpu_s: float | None = None
 
     def stop_delayline(self) -> int | None:
         if self._delayline is None:
             return None
         rc = self._delayline.stop(timeout=5)
+        self.delayline_cpu_s = getattr(self._delayline, "cpu_s", None)
         self._delayline = None
         return rc
 

@@ -255,6 +255,19 @@ def cpu_times() -> tuple[float, float] | None:
     return sum(fields) - idle, sum(fields)
 
 
+def job_cpu_s(components: dict[str, float | None]) -> dict[str, float]:
+    """The trial job's own CPU seconds (``job``: Python, imports, checks, monitoring) and its
+    other children's (``commands``: ip, tc, ss, ethtool, ...): every reaped child minus the
+    named components. Meaningful when one job runs one trial (as under Snakemake)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    named = sum(v for v in components.values() if v is not None)
+    return {"job": round(own.ru_utime + own.ru_stime, 2),
+            "commands": round(max(0.0, kids.ru_utime + kids.ru_stime - named), 2)}
+
+
 def cpu_busy_pct(before, after) -> float | None:
     if not before or not after or after[1] <= before[1]:
         return None
@@ -407,6 +420,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         for proc in (ping, qs, snd):
             proc.stop(timeout=3)
         delayline_rc = topo.stop_delayline()
+        cpu = {"sender": snd.cpu_s, "receiver": rcv.cpu_s, "delayline": topo.delayline_cpu_s,
+               "qsampler": qs.cpu_s, "ping": ping.cpu_s}
         if died:
             raise TrialError(f"trial {spec.trial_id}: {', '.join(died)} exited before the end of "
                              "the transfer (see its log)")
@@ -417,6 +432,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         described = topo.describe()
         concurrency_end = live_topologies()
     timing["ended_at"] = utc_now()
+    cpu.update(job_cpu_s(cpu))
     timing["setup_s"] = round(topo.setup_s, 3)
     timing["teardown_s"] = round(topo.teardown_s, 3)
 
@@ -462,6 +478,10 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "duration_s": spec.duration_s,
         "idle_s": spec.idle_s,
         "timing": timing,
+        # CPU seconds (user + system) by component: the traffic tool's two ends, the delay
+        # line, the queue sampler, ping (None where not measured: remote nodes), the
+        # set-up/teardown commands, and the trial job's own Python process so far
+        "cpu_s": cpu,
         "host": {**host_before, "loadavg_after": list(os.getloadavg()),
                  "cpu_busy_pct": cpu_busy_pct(cpu_before, cpu_times())},
         # trials running on this host (live topologies, this one included) at start and end

@@ -1,0 +1,97 @@
+"""Admission of trials by CPU budget (latency_divide.admission, rules/trials.smk, the
+workflow profile and src/snakemake_executor_plugin_ldlocal)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from latency_divide import admission
+from latency_divide.households import get_household
+from latency_divide.linkplan import link_plan, make_linkplan
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+
+def test_cost_grows_with_the_rate_and_stops_at_the_window():
+    slow = admission.trial_cores(2000, 30.0, None)
+    fast = admission.trial_cores(35000, 30.0, None)
+    assert admission.BASE_CORES < slow < fast
+    # 64 KiB per 30 ms RTT is 17.5 Mbit/s: a 35 Mbit/s link costs what 17.5 Mbit/s does
+    assert admission.carried_mbit(35000, 30.0, 65536) == pytest.approx(65536 * 8 / 30 / 1000)
+    assert admission.trial_cores(35000, 30.0, 65536) == pytest.approx(
+        admission.trial_cores(17476, 30.0, None), rel=1e-3)
+    assert admission.trial_cores(35000, 30.0, None, tool="tperf") > fast
+    assert admission.trial_cores(35000, 30.0, None, testbed="ssh") == admission.SSH_CORES
+
+
+def test_host_load_is_a_share_of_this_host():
+    assert admission.host_load(0.1, cpu_count=2) == 50
+    assert admission.host_load(0.1, cpu_count=20) == 5
+    assert admission.host_load(1e-6, cpu_count=64) == 1  # never 0: every trial counts
+    assert admission.host_load(5.0, cpu_count=2) == admission.MAX_REQUEST
+
+
+def test_the_profile_budget_admits_many_slow_trials_and_few_fast_ones():
+    budget = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())["resources"]
+    budget = budget["host_load"]
+    slow = admission.trial_host_load(link_plan(700, 2000, 30.0), "downlink", 65536,
+                                     cpu_count=2)
+    fast = admission.trial_host_load(link_plan(6000, 64925, 10.0), "downlink", 1 << 20,
+                                     cpu_count=2)
+    assert budget // slow >= 15, (budget, slow)
+    assert 1 <= budget // fast < budget // slow
+
+
+def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
+    """A dry run of the real workflow lists each trial job with threads 0 and its host_load
+    from the link plan (a configuration whose trials are not on disk: another duration)."""
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg["trial"]["duration_s"] = 7
+    for bucket, hid in zip(cfg["households"]["buckets"], (11406, 12512, 12334, 8268)):
+        bucket["ids"] = [hid]
+    cfg["companions"] = []
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "trials", "--configfile",
+                          str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    jobs = re.findall(r"rule trial:.*?wildcards: ([^\n]+)\s+threads: (\d+)\s+resources: ([^\n]+)",
+                      text, re.S)
+    assert len(jobs) == 32, text[-3000:]
+    for wildcards, threads, resources in jobs:
+        hid = int(re.search(r"household=(\d+)", wildcards).group(1))
+        direction = re.search(r"direction=(\w+)", wildcards).group(1)
+        want = admission.trial_host_load(make_linkplan(get_household(hid)), direction, 65536)
+        assert f"host_load={want}" in resources, (wildcards, resources)
+        assert threads == "0", wildcards
+
+
+def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
+    """Snakemake's own local executor runs at most --cores + 5 jobs at once; ours is limited
+    by the resource budget only (12 zero-thread jobs of load 100 under a budget of 1200)."""
+    (tmp_path / "Snakefile").write_text(
+        "rule all:\n"
+        "    input: expand('o/{i}.txt', i=range(12))\n"
+        "rule t:\n"
+        "    output: 'o/{i}.txt'\n"
+        "    threads: 0\n"
+        "    resources: host_load=100\n"
+        "    shell: 'date +%s.%N > {output}; sleep 3; date +%s.%N >> {output}'\n")
+    for executor, most in (("local", 6), ("ldlocal", 12)):
+        out = subprocess.run([str(SNAKEMAKE), "--executor", executor, "--cores", "1",
+                              "--resources", "host_load=1200", "-q"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        spans = [[float(x) for x in p.read_text().split()] for p in (tmp_path / "o").iterdir()]
+        peak = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+        assert peak == most, (executor, peak)
+        subprocess.run(["rm", "-rf", str(tmp_path / "o"), str(tmp_path / ".snakemake")],
+                       check=True)
