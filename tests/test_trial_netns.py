@@ -189,7 +189,10 @@ def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
     metas = [trial_meta_path(wf / "results" / "raw", *t) for t in trial_ids(run)
              if t[1] == hh and t[3] == "cubic"]
     assert [m.parts[-4] for m in metas] == ["uplink", "downlink"]
-    cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--configfile", str(cfg)]
+    # one trial at a time (a budget smaller than any trial's host_load admits one), so that
+    # the run can be killed with one trial done and the other under way
+    cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--resources", "host_load=1",
+           "--configfile", str(cfg)]
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
