@@ -105,10 +105,13 @@ class LocalProcess:
             _exited_unreaped(self.pid, block=True)
         else:
             deadline = time.monotonic() + timeout
+            delay = 0.0005
             while not _exited_unreaped(self.pid, block=False):
-                if time.monotonic() > deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise subprocess.TimeoutExpired(self.argv, timeout)
-                time.sleep(0.005)
+                delay = min(delay * 2, remaining, 0.05)  # as Popen.wait: back off to 50 ms
+                time.sleep(delay)
         self._reap()
 
     def _reap(self) -> None:
