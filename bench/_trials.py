@@ -37,9 +37,9 @@ class Trial:
                 "--window", str(window), "--out", str(out)]
         return argv + (["--delta", f"{delta:g}"] if delta is not None else [])
 
-    def host_load(self, window: int) -> int:
+    def host_load(self, window: int, busy_s: float) -> int:
         plan = make_linkplan(get_household(self.household))
-        return trial_host_load(plan, self.direction, window)
+        return trial_host_load(plan, self.direction, window, busy_s=busy_s)
 
 
 def run_batch(trials: list[Trial], out: Path, *, duration: float, idle: float, window: int,
@@ -48,7 +48,7 @@ def run_batch(trials: list[Trial], out: Path, *, duration: float, idle: float, w
     budget in host_load units, first fit in order; return the wall seconds."""
     if (n is None) == (budget is None):
         raise ValueError("give n or budget")
-    loads = {t: t.host_load(window) for t in trials} if budget else {}
+    loads = {t: t.host_load(window, idle + duration) for t in trials} if budget else {}
     t0 = time.monotonic()
     pending = list(trials)
     running: list[tuple[subprocess.Popen, Trial]] = []

@@ -9,8 +9,8 @@ trial job's own Python process). This benchmark
         sample, both directions, Cubic and Copa δ=0.5) first one at a time, then admitted by
         CPU budget as the workflow does, and prints per component the median CPU seconds per
         trial and mean cores (CPU seconds per second of trial wall time), then fits the
-        admission model (cores = base + per_mbit x carried Mbit/s) to the alone trials and
-        prints it beside latency_divide.admission's constants;
+        admission model (CPU once per trial, plus running cores = base + per_mbit x carried
+        Mbit/s) to the alone trials and prints it beside latency_divide.admission's constants;
   raw   prints the same table for trials already on disk (for example a sweep:
         ``bench/bench_trial_cpu.py raw results/raw --since 2026-11-23T12:00``).
 
@@ -72,22 +72,28 @@ def table(rows: dict, label: str) -> dict:
 
 
 def fit(rows: dict) -> None:
-    """Least-squares fit of mean cores against carried Mbit/s over the trials."""
-    xs, ys = [], []
+    """Fit latency_divide.admission's model to the trials: the once-per-trial CPU (job and
+    commands, median) and a least-squares line of the running cores (every other component
+    per second of wall time) against the carried Mbit/s."""
+    fixed, xs, ys = [], [], []
     for r in rows.values():
         m = r["meta"]
         if not m.get("cpu_s"):
             continue
+        c = {k: m["cpu_s"].get(k) or 0.0 for k in COMPONENTS}
+        fixed.append(c["job"] + c["commands"])
         xs.append(float(r["goodput_kbps"]) / 1000.0)
-        ys.append(sum(m["cpu_s"].get(c) or 0.0 for c in COMPONENTS) / wall_s(m))
+        ys.append(sum(v for k, v in c.items() if k not in ("job", "commands")) / wall_s(m))
     if len(xs) < 3:
         return
-    per_mbit, base = np.polyfit(np.array(xs), np.array(ys), 1)
-    resid = np.array(ys) - (base + per_mbit * np.array(xs))
-    print(f"\nfit over {len(xs)} trials: cores = {base:.4f} + {per_mbit:.5f} x Mbit/s "
-          f"(max |residual| {np.abs(resid).max():.4f} cores)")
-    print(f"admission.py:          cores = {admission.BASE_CORES:.4f} + "
-          f"{admission.CORES_PER_MBIT:.5f} x Mbit/s (tquic-perf)")
+    per_mbit, run = np.polyfit(np.array(xs), np.array(ys), 1)
+    resid = np.array(ys) - (run + per_mbit * np.array(xs))
+    print(f"\nfit over {len(xs)} trials: {np.median(fixed):.2f} s once per trial + running "
+          f"cores {run:.4f} + {per_mbit:.5f} x Mbit/s (max |residual| "
+          f"{np.abs(resid).max():.4f} cores)")
+    print(f"admission.py:           {admission.FIXED_CPU_S:.2f} s once per trial + running "
+          f"cores {admission.RUN_CORES:.4f} + {admission.CORES_PER_MBIT:.5f} x Mbit/s "
+          "(tquic-perf)")
 
 
 def main() -> int:

@@ -49,7 +49,8 @@ def trial_host_load(wildcards):
     except (KeyError, ValueError):
         return 1  # not this config's variant: the job refuses it at once (workflow_glue)
     return admission_host_load(_LINKPLANS[hid], wildcards.direction, tool.window_bytes,
-                               tool.name, CFG.testbed.kind)
+                               tool.name, CFG.testbed.kind,
+                               busy_s=CFG.trial.idle_s + CFG.trial.duration_s)
 
 
 def trial_targets():

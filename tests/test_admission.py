@@ -22,7 +22,7 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 def test_cost_grows_with_the_rate_and_stops_at_the_window():
     slow = admission.trial_cores(2000, 30.0, None)
     fast = admission.trial_cores(35000, 30.0, None)
-    assert admission.BASE_CORES < slow < fast
+    assert admission.RUN_CORES < slow < fast
     # 64 KiB per 30 ms RTT is 17.5 Mbit/s: a 35 Mbit/s link costs what 17.5 Mbit/s does
     assert admission.carried_mbit(35000, 30.0, 65536) == pytest.approx(65536 * 8 / 30 / 1000)
     assert admission.trial_cores(35000, 30.0, 65536) == pytest.approx(
@@ -69,7 +69,8 @@ def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
     for wildcards, threads, resources in jobs:
         hid = int(re.search(r"household=(\d+)", wildcards).group(1))
         direction = re.search(r"direction=(\w+)", wildcards).group(1)
-        want = admission.trial_host_load(make_linkplan(get_household(hid)), direction, 65536)
+        want = admission.trial_host_load(make_linkplan(get_household(hid)), direction, 65536,
+                                         busy_s=cfg["trial"]["idle_s"] + 7)
         assert f"host_load={want}" in resources, (wildcards, resources)
         assert threads == "0", wildcards
 

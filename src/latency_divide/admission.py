@@ -26,13 +26,17 @@ FULL_HOST = 1000
 #: One trial never asks for more than this (a budget below it could never admit it).
 MAX_REQUEST = 500
 
-#: Mean CPU cores of one trial at zero rate: the trial job's Python process (start-up,
-#: monitoring), set-up and teardown commands, ping, the queue sampler and the idle delay line,
-#: spread over the trial's wall time.
-BASE_CORES = 0.030
+#: CPU seconds a trial spends once: the trial job's start-up (Python, configuration, checks)
+#: and the set-up and teardown commands (ip, tc, ethtool, ss).
+FIXED_CPU_S = 0.6
+#: Cores a trial uses while it runs, at zero rate: the queue sampler, ping, the idle delay
+#: line and the job waiting for its processes.
+RUN_CORES = 0.012
 #: Further cores per Mbit/s carried: both tool ends and the delay line (each packet is
 #: received, queued and sent again in user space).
 CORES_PER_MBIT = 0.0060
+#: Wall seconds of a trial beyond its idle baseline and transfer (start, tail, teardown).
+TRIAL_OVERHEAD_S = 3.0
 #: Tool-specific factor on the per-rate part (mvfst's tperf is heavier per byte than
 #: tquic-perf).
 TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 1.5}
@@ -50,12 +54,16 @@ def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> f
 
 
 def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
-                tool: str = "tquic-perf", testbed: str = "local") -> float:
-    """Expected mean CPU cores of one trial on this host."""
+                tool: str = "tquic-perf", testbed: str = "local",
+                busy_s: float = 65.0) -> float:
+    """Expected mean CPU cores of one trial on this host over its ``busy_s`` seconds
+    (idle baseline + transfer)."""
     if testbed == "ssh":
         return SSH_CORES
     per_rate = CORES_PER_MBIT * TOOL_FACTOR.get(tool, max(TOOL_FACTOR.values()))
-    return BASE_CORES + per_rate * carried_mbit(rate_kbit, rtt_ms, window_bytes)
+    wall_s = busy_s + TRIAL_OVERHEAD_S
+    return (FIXED_CPU_S / wall_s + RUN_CORES
+            + per_rate * carried_mbit(rate_kbit, rtt_ms, window_bytes))
 
 
 def host_load(cores: float, cpu_count: int | None = None) -> int:
@@ -65,8 +73,9 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 
 
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
-                    testbed: str = "local", cpu_count: int | None = None) -> int:
+                    testbed: str = "local", cpu_count: int | None = None,
+                    busy_s: float = 65.0) -> int:
     """The ``host_load`` a trial asks for, from its link plan (latency_divide.linkplan)."""
     cores = trial_cores(plan.shaper(direction).rate_kbit, plan.rtt_ms, window_bytes, tool,
-                        testbed)
+                        testbed, busy_s)
     return host_load(cores, cpu_count)
