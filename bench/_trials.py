@@ -42,6 +42,14 @@ class Trial:
         return trial_host_load(plan, self.direction, window, busy_s=busy_s)
 
 
+def profile_budget() -> int:
+    """The workflow profile's host_load budget (profiles/default/config.yaml)."""
+    import yaml
+
+    prof = yaml.safe_load((ROOT / "profiles" / "default" / "config.yaml").read_text())
+    return int(prof["resources"]["host_load"])
+
+
 def run_batch(trials: list[Trial], out: Path, *, duration: float, idle: float, window: int,
               label: str, n: int | None = None, budget: int | None = None) -> float:
     """Run ``trials`` with at most ``n`` at once, or (``budget``) as many as fit the CPU

@@ -28,20 +28,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import yaml
-
-from _trials import ROOT, VARIANTS, Trial, run_batch, summaries
+from _trials import VARIANTS, Trial, profile_budget, run_batch, summaries
 
 DEFAULT_HOUSEHOLDS = [11406, 13570, 12512, 9254, 12334, 215248, 8268, 32501]
 #: (metric, bound on the median of |concurrent - alone|) per variant
 BOUNDS = {"norm_tput": 0.02, "self_delay_mean_ms": 1.0}
 #: delay emulation error (idle RTT measured - set): bounds on median and p99, ms
 RTT_ERR_BOUNDS = (0.2, 1.0)
-
-
-def profile_budget() -> int:
-    prof = yaml.safe_load((ROOT / "profiles" / "default" / "config.yaml").read_text())
-    return int(prof["resources"]["host_load"])
 
 
 def deltas(a: dict, b: dict, metric: str, variant: str | None = None) -> np.ndarray:

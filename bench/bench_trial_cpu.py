@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _trials import ROOT, Trial, run_batch, summaries
+from _trials import ROOT, Trial, profile_budget, run_batch, summaries
 
 sys.path.insert(0, str(ROOT / "src"))
 from latency_divide import admission  # noqa: E402
@@ -105,7 +105,7 @@ def main() -> int:
     r.add_argument("--duration", type=float, default=20.0, help="transfer length, s")
     r.add_argument("--idle", type=float, default=5.0, help="idle baseline, s")
     r.add_argument("--window", type=int, default=65536)
-    r.add_argument("--budget", type=int, default=800, help="host_load budget (profile: 800)")
+    r.add_argument("--budget", type=int, help="host_load budget (default: the profile's)")
     r.add_argument("--keep", help="keep the raw trials under this directory")
     w = sub.add_parser("raw", help="summarize trials already on disk")
     w.add_argument("raw", type=Path)
@@ -128,6 +128,7 @@ def main() -> int:
         return 2
     trials = [Trial(h, d, v) for h in a.households for d in ("uplink", "downlink")
               for v in a.variants]
+    a.budget = a.budget or profile_budget()
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="ld-bench-cpu-"))
     kw = dict(duration=a.duration, idle=a.idle, window=a.window)
     print(f"{len(trials)} trials of {a.duration:g} s; raw under {base}; "

@@ -31,10 +31,10 @@ MAX_REQUEST = 500
 FIXED_CPU_S = 0.6
 #: Cores a trial uses while it runs, at zero rate: the queue sampler, ping, the idle delay
 #: line and the job waiting for its processes.
-RUN_CORES = 0.012
+RUN_CORES = 0.024
 #: Further cores per Mbit/s carried: both tool ends and the delay line (each packet is
 #: received, queued and sent again in user space).
-CORES_PER_MBIT = 0.0060
+CORES_PER_MBIT = 0.0085
 #: Wall seconds of a trial beyond its idle baseline and transfer (start, tail, teardown).
 TRIAL_OVERHEAD_S = 3.0
 #: Tool-specific factor on the per-rate part (mvfst's tperf is heavier per byte than
