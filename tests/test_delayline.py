@@ -284,6 +284,48 @@ def test_sigterm_prints_stats_and_writes_json(line, start_delayline):
     assert not [p for p in d.stats_path.parent.iterdir() if ".tmp." in p.name]
 
 
+USAGE_RE = re.compile(
+    r"^delayline usage cpu_s=([\d.]+) user_s=([\d.]+) sys_s=([\d.]+) wall_s=([\d.]+) "
+    r"rx_timestamps=(\w+) rx_ts_kernel=(\d+) rx_ts_user=(\d+)",
+    re.M,
+)
+
+
+def test_frames_are_timed_by_the_kernel_receive_timestamp(line, start_delayline):
+    """SO_TIMESTAMPNS is on and its control message is read: every frame's receive time is
+    the kernel's timestamp, not the time recvmsg returned."""
+    d = start_delayline("--delay-ms", "2")
+    assert "rx_timestamps=kernel" in d.stderr(), d.stderr()
+    rtts = ping_rtts_ms(line, count=20)
+    assert d.stop() == 0
+    err = d.stderr()
+    # The fixed-format stats line is still there, and the usage line follows it.
+    ab_frames, _, _, ba_frames, _, _ = stats_line(err)
+    m = USAGE_RE.findall(err)
+    assert m, err
+    cpu_s, user_s, sys_s, wall_s, mode, ts_kernel, ts_user = m[-1]
+    assert mode == "kernel"
+    assert abs(float(cpu_s) - float(user_s) - float(sys_s)) <= 0.002
+    assert 0 < float(wall_s) < 120
+    stats = json.loads(d.stats_path.read_text())
+    assert stats["rx_timestamps"] == "kernel"
+    assert stats["cpu_s"] == pytest.approx(stats["cpu_user_s"] + stats["cpu_sys_s"])
+    received = 0
+    for key in ("a_to_b", "b_to_a"):
+        s = stats[key]
+        # Every frame read is counted once, as kernel- or user-timed.
+        assert s["rx_ts_kernel"] + s["rx_ts_user"] == (
+            s["frames"] + s["drops_limit"] + s["drops_oversize"] + s["send_errors"]
+            + s["queued_at_exit"]), s
+        assert s["rx_ts_kernel"] >= len(rtts) + 1 and s["rx_ts_user"] == 0, s
+        # The age (kernel timestamp to read) is measured for each of them and is positive:
+        # the kernel stamped the frame before recvmsg returned it.
+        assert s["rx_age"]["count"] == s["rx_ts_kernel"] and s["rx_age"]["max_us"] > 0, s
+        received += s["rx_ts_kernel"]
+    assert int(ts_kernel) == received and int(ts_user) == 0
+    assert ab_frames >= len(rtts) + 1 and ba_frames >= len(rtts) + 1
+
+
 def test_limit_drops_and_counts_frames(line, tmp_path, start_delayline):
     d = start_delayline("--delay-ms", "300", "--limit", "5")
     line.runner("a").run(["ping", "-c", "1", "-W", "5", ADDR_B], timeout=15)  # ARP first

@@ -2,8 +2,9 @@
 //! thread that releases them at receive time + delay.
 //!
 //! Two threads per direction keep receiving and sending independent: the rx thread sits
-//! in a blocking recv and stamps each frame with CLOCK_MONOTONIC as soon as it returns;
-//! the tx thread sleeps until the oldest frame is due (absolute clock_nanosleep, 1 ns
+//! in a blocking recv and gives each frame the kernel's receive time (SO_TIMESTAMPNS,
+//! converted to CLOCK_MONOTONIC), or CLOCK_MONOTONIC as soon as recv returns if the kernel
+//! gave none; the tx thread sleeps until the oldest frame is due (absolute clock_nanosleep, 1 ns
 //! timer slack, then a short spin) and sends every frame that is due.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,7 +94,8 @@ fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
 }
 
 /// Receives frames until stopped: timestamp, restore any stripped VLAN tag, drop oversize
-/// frames, queue the rest (or drop them if the queue is full).
+/// frames, queue the rest (or drop them if the queue is full). Returns the histogram of
+/// how long kernel-timestamped frames waited before they were read.
 pub fn rx_loop(
     name: &'static str,
     rx: PacketSocket,
@@ -101,12 +103,16 @@ pub fn rx_loop(
     max_frame_bytes: usize,
     shared: Arc<Shared>,
     c: Arc<DirCounters>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Lateness> {
     let delay_ns = delay.as_nanos() as u64;
     let mut buf = vec![0u8; RX_BUF_BYTES];
     let warned_oversize = AtomicBool::new(false);
     let warned_csum = AtomicBool::new(false);
     let warned_full = AtomicBool::new(false);
+    let mut rx_age = Lateness::default();
+    // Receive times handed to the queue never decrease (FIFO order is release order),
+    // even if two conversions of kernel timestamps disagree by a few ns.
+    let mut last_rx_ns = 0u64;
     let mut last_poll_ns = timing::now_ns();
     while !shared.stopping() {
         // Kernel-side drops (socket buffer overflow), polled about once a second.
@@ -117,15 +123,23 @@ pub fn rx_loop(
         let got = rx
             .recv(&mut buf)
             .with_context(|| format!("receiving on {} ({name})", rx.iface()))?;
-        let t_rx = timing::now_ns();
-        let (len, vlan, csum_not_ready) = match got {
+        let (len, vlan, csum_not_ready, time) = match got {
             Recv::Frame {
                 len,
                 vlan,
                 csum_not_ready,
-            } => (len, vlan, csum_not_ready),
+                time,
+            } => (len, vlan, csum_not_ready, time),
             Recv::Outgoing | Recv::Timeout => continue,
         };
+        if time.kernel {
+            bump(&c.rx_ts_kernel, 1);
+            rx_age.record(time.age_ns());
+        } else {
+            bump(&c.rx_ts_user, 1);
+        }
+        let t_rx = time.rx_ns.max(last_rx_ns);
+        last_rx_ns = t_rx;
         let wire_len = len + if vlan.is_some() { frame::VLAN_HLEN } else { 0 };
         if len > buf.len() || wire_len > max_frame_bytes {
             bump(&c.drops_oversize, 1);
@@ -183,7 +197,7 @@ pub fn rx_loop(
         }
     }
     bump(&c.drops_rx_socket, rx.take_kernel_drops().unwrap_or(0));
-    Ok(())
+    Ok(rx_age)
 }
 
 /// Sends frames when due until stopped; returns the release-lateness histogram.
@@ -284,7 +298,7 @@ impl Direction {
 #[derive(Debug)]
 pub struct Running {
     pub name: &'static str,
-    rx: JoinHandle<anyhow::Result<()>>,
+    rx: JoinHandle<anyhow::Result<Lateness>>,
     tx: JoinHandle<anyhow::Result<Lateness>>,
     pub shared: Arc<Shared>,
     pub counters: Arc<DirCounters>,
@@ -296,9 +310,10 @@ impl Running {
         self.rx.is_finished() || self.tx.is_finished()
     }
 
-    /// Stops both threads and waits for them; returns the lateness histogram and the
-    /// number of frames left in the queue, or the first thread error.
-    pub fn stop(self) -> (anyhow::Result<Lateness>, u64) {
+    /// Stops both threads and waits for them; returns the release-lateness and
+    /// receive-age histograms and the number of frames left in the queue, or the first
+    /// thread error.
+    pub fn stop(self) -> (anyhow::Result<(Lateness, Lateness)>, u64) {
         self.shared.request_stop();
         let name = self.name;
         let rx = self
@@ -312,6 +327,10 @@ impl Running {
             .map_err(|_| anyhow::anyhow!("tx thread {name} panicked"))
             .and_then(|r| r);
         let queued = self.shared.queued() as u64;
-        (rx.and(tx), queued)
+        let both = match (rx, tx) {
+            (Ok(age), Ok(late)) => Ok((late, age)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        (both, queued)
     }
 }

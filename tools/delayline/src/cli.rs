@@ -54,8 +54,10 @@ pub struct Opts {
     pub allow_offload: bool,
 
     /// Busy-wait this many microseconds before each release time instead of sleeping
-    /// (0..=10000); trades CPU for timer wake-up jitter.
-    #[arg(long, value_name = "US", default_value = "50", value_parser = parse_spin_us)]
+    /// (0..=10000); trades CPU for timer wake-up jitter. Default 0: with many delay lines
+    /// on a small host the spin costs CPU and gains only tens of microseconds
+    /// (bench/bench_delayline_spin.py).
+    #[arg(long, value_name = "US", default_value = "0", value_parser = parse_spin_us)]
     pub spin_us: Duration,
 
     /// SCHED_FIFO priority of the bridge threads (1..=99), so other busy processes on the
@@ -142,6 +144,8 @@ mod tests {
         assert_eq!(o.delay_ab(), Duration::from_millis(10));
         assert_eq!(o.delay_ba(), Duration::from_millis(10));
         assert_eq!(o.limit, 50_000);
+        assert_eq!(o.spin_us, Duration::ZERO, "no spin by default");
+        assert_eq!(o.rt_priority, 10);
         let o = parse(&[
             "--iface-a",
             "x",

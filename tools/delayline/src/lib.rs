@@ -90,6 +90,7 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
 
 /// Runs the delay line until SIGINT/SIGTERM (Ok) or a socket error (Err).
 pub fn run(opts: Opts) -> anyhow::Result<()> {
+    let t_start = timing::now_ns();
     if opts.iface_a == opts.iface_b {
         return Err(DelaylineError::SameInterface(opts.iface_a.clone()).into());
     }
@@ -102,6 +103,11 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     let tx_b = PacketSocket::open_tx(&opts.iface_b, index_b)?;
     let a = check_iface(&opts.iface_a, opts.allow_offload)?;
     let b = check_iface(&opts.iface_b, opts.allow_offload)?;
+    let rx_timestamps = if rx_a.kernel_timestamps() && rx_b.kernel_timestamps() {
+        "kernel"
+    } else {
+        "user"
+    };
 
     let (delay_ab, delay_ba) = (opts.delay_ab(), opts.delay_ba());
     let limit = opts.limit as usize;
@@ -121,14 +127,15 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     let ab = dir("a->b", rx_a, tx_b, delay_ab, &b).start()?;
     let ba = dir("b->a", rx_b, tx_a, delay_ba, &a).start()?;
     eprintln!(
-        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={}",
+        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={}",
         a.name,
         b.name,
         ms(delay_ab),
         ms(delay_ba),
         opts.limit,
         opts.spin_us.as_micros(),
-        opts.rt_priority
+        opts.rt_priority,
+        rx_timestamps
     );
 
     let mut signal = None;
@@ -138,6 +145,10 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     let (c_ab, c_ba) = (ab.counters.clone(), ba.counters.clone());
     let (res_ab, q_ab) = ab.stop();
     let (res_ba, q_ba) = ba.stop();
+    let (cpu_user_s, cpu_sys_s) = stats::process_cpu_s();
+    let none = (Lateness::default(), Lateness::default());
+    let (late_ab, age_ab) = res_ab.as_ref().unwrap_or(&none);
+    let (late_ba, age_ba) = res_ba.as_ref().unwrap_or(&none);
     let report = Report {
         format: "delayline-stats",
         format_version: 1,
@@ -150,7 +161,8 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
             ms(delay_ab),
             &c_ab,
             q_ab,
-            res_ab.as_ref().unwrap_or(&Lateness::default()),
+            late_ab,
+            age_ab,
         ),
         b_to_a: DirReport::from_counters(
             &b.name,
@@ -158,10 +170,17 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
             ms(delay_ba),
             &c_ba,
             q_ba,
-            res_ba.as_ref().unwrap_or(&Lateness::default()),
+            late_ba,
+            age_ba,
         ),
+        rx_timestamps,
+        cpu_user_s,
+        cpu_sys_s,
+        cpu_s: cpu_user_s + cpu_sys_s,
+        wall_s: timing::now_ns().saturating_sub(t_start) as f64 / 1e9,
     };
     eprintln!("{}", report.line());
+    eprintln!("{}", report.usage_line());
     res_ab.context("direction a->b failed")?;
     res_ba.context("direction b->a failed")?;
     if signal.is_none() {

@@ -26,6 +26,10 @@ pub struct DirCounters {
     pub csum_not_ready: AtomicU64,
     /// Most frames queued at once.
     pub max_queue_frames: AtomicU64,
+    /// Frames timed by the kernel's receive timestamp (SO_TIMESTAMPNS).
+    pub rx_ts_kernel: AtomicU64,
+    /// Frames timed in user space after recvmsg (no or implausible kernel timestamp).
+    pub rx_ts_user: AtomicU64,
 }
 
 /// Adds `n` to a counter.
@@ -132,6 +136,13 @@ pub struct DirReport {
     pub queued_at_exit: u64,
     /// How late frames left relative to receive time + delay.
     pub release_lateness: LatenessSummary,
+    /// Frames whose receive time is the kernel's timestamp.
+    pub rx_ts_kernel: u64,
+    /// Frames whose receive time was taken in user space after recvmsg.
+    pub rx_ts_user: u64,
+    /// How long kernel-timestamped frames waited between the kernel's timestamp and
+    /// delayline reading them (the rx wake-up latency the kernel timestamp removes).
+    pub rx_age: LatenessSummary,
 }
 
 impl DirReport {
@@ -142,6 +153,7 @@ impl DirReport {
         c: &DirCounters,
         queued_at_exit: u64,
         lateness: &Lateness,
+        rx_age: &Lateness,
     ) -> Self {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (dl, dov, drx, se) = (
@@ -165,6 +177,9 @@ impl DirReport {
             max_queue_frames: get(&c.max_queue_frames),
             queued_at_exit,
             release_lateness: lateness.summary(),
+            rx_ts_kernel: get(&c.rx_ts_kernel),
+            rx_ts_user: get(&c.rx_ts_user),
+            rx_age: rx_age.summary(),
         }
     }
 }
@@ -178,6 +193,15 @@ pub struct Report {
     pub rt_priority: u8,
     pub a_to_b: DirReport,
     pub b_to_a: DirReport,
+    /// "kernel" if both receive sockets took SO_TIMESTAMPNS, else "user".
+    pub rx_timestamps: &'static str,
+    /// The process's CPU time (getrusage RUSAGE_SELF) at exit, seconds.
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    /// `cpu_user_s + cpu_sys_s`.
+    pub cpu_s: f64,
+    /// Seconds from start to exit; `cpu_s / wall_s` is the CPU it used per second.
+    pub wall_s: f64,
 }
 
 impl Report {
@@ -193,6 +217,35 @@ impl Report {
             self.b_to_a.drops
         )
     }
+
+    /// A second summary line (new keys go at its end): CPU time and how frames were
+    /// timed, e.g. `delayline usage cpu_s=0.412 user_s=0.300 sys_s=0.112 wall_s=20.013
+    /// rx_timestamps=kernel rx_ts_kernel=5800 rx_ts_user=0`.
+    pub fn usage_line(&self) -> String {
+        format!(
+            "delayline usage cpu_s={:.3} user_s={:.3} sys_s={:.3} wall_s={:.3} rx_timestamps={} rx_ts_kernel={} rx_ts_user={}",
+            self.cpu_s,
+            self.cpu_user_s,
+            self.cpu_sys_s,
+            self.wall_s,
+            self.rx_timestamps,
+            self.a_to_b.rx_ts_kernel + self.b_to_a.rx_ts_kernel,
+            self.a_to_b.rx_ts_user + self.b_to_a.rx_ts_user
+        )
+    }
+}
+
+/// CPU time this process has used so far (all threads): (user, system) seconds, from
+/// getrusage(RUSAGE_SELF).
+pub fn process_cpu_s() -> (f64, f64) {
+    // SAFETY: all-zero is a valid rusage; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer; RUSAGE_SELF always exists.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let s = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (s(ru.ru_utime), s(ru.ru_stime))
 }
 
 /// Writes `value` as pretty JSON to `path` via a temporary file in the same directory and
@@ -254,13 +307,17 @@ mod tests {
         bump(&c.bytes, 300);
         bump(&c.drops_limit, 2);
         bump(&c.drops_oversize, 1);
-        let a = DirReport::from_counters("x", "y", 10.0, &c, 0, &Lateness::default());
+        bump(&c.rx_ts_kernel, 5);
+        let mut age = Lateness::default();
+        age.record(30_000);
+        let a = DirReport::from_counters("x", "y", 10.0, &c, 0, &Lateness::default(), &age);
         let b = DirReport::from_counters(
             "y",
             "x",
             5.0,
             &DirCounters::default(),
             0,
+            &Lateness::default(),
             &Lateness::default(),
         );
         let r = Report {
@@ -271,10 +328,21 @@ mod tests {
             rt_priority: 10,
             a_to_b: a,
             b_to_a: b,
+            rx_timestamps: "kernel",
+            cpu_user_s: 0.25,
+            cpu_sys_s: 0.125,
+            cpu_s: 0.375,
+            wall_s: 2.0,
         };
+        // The stats line is parsed by callers: its format must not change.
         assert_eq!(
             r.line(),
             "delayline stats a->b frames=3 bytes=300 drops=3 b->a frames=0 bytes=0 drops=0"
+        );
+        assert_eq!(
+            r.usage_line(),
+            "delayline usage cpu_s=0.375 user_s=0.250 sys_s=0.125 wall_s=2.000 \
+             rx_timestamps=kernel rx_ts_kernel=5 rx_ts_user=0"
         );
         let dir = std::env::temp_dir().join(format!("delayline-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -284,11 +352,38 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         assert_eq!(v["a_to_b"]["drops_limit"], 2);
         assert_eq!(v["b_to_a"]["delay_ms"], 5.0);
+        assert_eq!(v["a_to_b"]["rx_ts_kernel"], 5);
+        assert_eq!(v["a_to_b"]["rx_age"]["p50_us"], 30.0);
+        assert_eq!(v["rx_timestamps"], "kernel");
+        assert_eq!(v["cpu_s"], 0.375);
         assert_eq!(
             std::fs::read_dir(&dir).unwrap().count(),
             1,
             "temp file left behind"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn process_cpu_counts_our_own_work() {
+        // Busy work until getrusage shows 20 ms more CPU (on a busy host that may take
+        // longer than 20 ms of wall time, hence the loop), or fail after 10 s.
+        let (u0, s0) = process_cpu_s();
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        loop {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            let (u1, s1) = process_cpu_s();
+            assert!(u1 >= u0 && s1 >= s0);
+            if (u1 + s1) - (u0 + s0) >= 0.02 {
+                break;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "CPU time did not grow: {u0}+{s0} -> {u1}+{s1}"
+            );
+        }
     }
 }

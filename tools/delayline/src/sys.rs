@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use crate::error::DelaylineError;
+use crate::timing;
 
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -150,6 +151,27 @@ pub fn ethtool_get(name: &str, cmd: u32) -> Result<Option<bool>, DelaylineError>
     Ok(Some(v.data != 0))
 }
 
+/// When a frame arrived, on CLOCK_MONOTONIC (ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxTime {
+    /// The receive time to schedule by: the kernel's receive timestamp (SO_TIMESTAMPNS)
+    /// converted to CLOCK_MONOTONIC, or `read_ns` if there was none (or it was not
+    /// plausible).
+    pub rx_ns: u64,
+    /// CLOCK_MONOTONIC right after recvmsg returned (the user-space time).
+    pub read_ns: u64,
+    /// `rx_ns` came from the kernel timestamp.
+    pub kernel: bool,
+}
+
+impl RxTime {
+    /// How long the frame waited in the kernel before delayline read it (0 for a
+    /// user-space timestamp).
+    pub fn age_ns(&self) -> u64 {
+        self.read_ns.saturating_sub(self.rx_ns)
+    }
+}
+
 /// What `recv` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recv {
@@ -160,6 +182,8 @@ pub enum Recv {
         vlan: Option<(u16, u16)>,
         /// Checksum offload still pending (TP_STATUS_CSUMNOTREADY).
         csum_not_ready: bool,
+        /// When it arrived.
+        time: RxTime,
     },
     /// A frame this host sent (PACKET_OUTGOING): not ours to bridge.
     Outgoing,
@@ -172,6 +196,8 @@ pub enum Recv {
 pub struct PacketSocket {
     fd: OwnedFd,
     iface: String,
+    /// SO_TIMESTAMPNS is on: frames carry the kernel's receive time.
+    timestamps: bool,
 }
 
 fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
@@ -230,7 +256,8 @@ fn packet_socket(iface: &str, ifindex: i32, protocol: u16) -> Result<OwnedFd, De
 
 impl PacketSocket {
     /// A receiving socket: all protocols, promiscuous, our own transmissions ignored,
-    /// a large receive buffer, VLAN/checksum auxdata, and a receive timeout so the thread
+    /// a large receive buffer, VLAN/checksum auxdata, kernel receive timestamps
+    /// (SO_TIMESTAMPNS, if the kernel accepts it), and a receive timeout so the thread
     /// can notice a stop request.
     pub fn open_rx(
         iface: &str,
@@ -245,6 +272,9 @@ impl PacketSocket {
         let _ = setsockopt(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one);
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, &one)
             .map_err(|e| io_err("enabling PACKET_AUXDATA", iface, e))?;
+        // The kernel's receive time (CLOCK_REALTIME) with every frame; without it the
+        // frames are stamped in user space after recvmsg (recv() falls back per frame).
+        let timestamps = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one).is_ok();
         // SO_RCVBUFFORCE passes rmem_max (root); fall back to SO_RCVBUF.
         if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf_bytes).is_err() {
             setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf_bytes)
@@ -268,6 +298,7 @@ impl PacketSocket {
         Ok(PacketSocket {
             fd,
             iface: iface.to_string(),
+            timestamps,
         })
     }
 
@@ -277,6 +308,7 @@ impl PacketSocket {
         Ok(PacketSocket {
             fd,
             iface: iface.to_string(),
+            timestamps: false,
         })
     }
 
@@ -284,7 +316,14 @@ impl PacketSocket {
         &self.iface
     }
 
-    /// Receives one frame into `buf`.
+    /// The kernel accepted SO_TIMESTAMPNS on this socket.
+    pub fn kernel_timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// Receives one frame into `buf`, with its receive time: the kernel's timestamp
+    /// (SCM_TIMESTAMPNS) converted to CLOCK_MONOTONIC when there is a plausible one, else
+    /// CLOCK_MONOTONIC right after recvmsg.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
         // SAFETY: all-zero is a valid sockaddr_ll / msghdr.
         let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
@@ -292,17 +331,22 @@ impl PacketSocket {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         };
-        let mut cbuf = [0u64; 16];
+        // Room for PACKET_AUXDATA (40 bytes with header) and SCM_TIMESTAMPNS (32) with
+        // plenty to spare; u64 elements keep it aligned for cmsghdr.
+        let mut cbuf = [0u64; 32];
         let mut msg: libc::msghdr = unsafe { zeroed() };
         msg.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
         msg.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = size_of::<[u64; 16]>() as _;
+        msg.msg_controllen = size_of::<[u64; 32]>() as _;
         // SAFETY: msg points at live buffers of the sizes given; MSG_TRUNC makes the
         // return value the real frame length.
         let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
+        // Both clocks at once after recvmsg, realtime first (see timing::kernel_rx_mono_ns).
+        let real_now = timing::realtime_ns();
+        let mono_now = timing::now_ns();
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
@@ -315,6 +359,7 @@ impl PacketSocket {
         }
         let mut vlan = None;
         let mut csum_not_ready = false;
+        let mut kernel_rt_ns: Option<i64> = None;
         // SAFETY: walking the control messages the kernel wrote into cbuf.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -331,14 +376,31 @@ impl PacketSocket {
                         vlan = Some((tpid, aux.tp_vlan_tci));
                     }
                     csum_not_ready = aux.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+                } else if (*c).cmsg_level == libc::SOL_SOCKET
+                    && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                    && (*c).cmsg_len as usize
+                        >= libc::CMSG_LEN(size_of::<libc::timespec>() as u32) as usize
+                {
+                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    // A zero timestamp means the kernel did not stamp this frame.
+                    if ts.tv_sec != 0 || ts.tv_nsec != 0 {
+                        kernel_rt_ns = Some(timing::timespec_ns(&ts));
+                    }
                 }
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
+        let kernel_mono = kernel_rt_ns
+            .and_then(|k| timing::kernel_rx_mono_ns(k, real_now, mono_now, timing::MAX_RX_AGE_NS));
         Ok(Recv::Frame {
             len: n as usize,
             vlan,
             csum_not_ready,
+            time: RxTime {
+                rx_ns: kernel_mono.unwrap_or(mono_now),
+                read_ns: mono_now,
+                kernel: kernel_mono.is_some(),
+            },
         })
     }
 

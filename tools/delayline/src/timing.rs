@@ -3,15 +3,60 @@
 
 use std::time::Duration;
 
-/// CLOCK_MONOTONIC in nanoseconds.
-pub fn now_ns() -> u64 {
+/// Oldest kernel receive timestamp still trusted (ns before the frame was read). Older
+/// ones mean the wall clock was stepped (or the host stalled for longer than any delay
+/// here matters for); the frame then gets the user-space time.
+pub const MAX_RX_AGE_NS: u64 = 1_000_000_000;
+
+/// A timespec in nanoseconds.
+// time_t and c_long are i64 here but i32 on 32-bit targets: the casts are for those.
+#[allow(clippy::unnecessary_cast)]
+pub fn timespec_ns(ts: &libc::timespec) -> i64 {
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    // SAFETY: valid pointer to a timespec; both clocks used here always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    timespec_ns(&ts)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+pub fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
+/// CLOCK_REALTIME in nanoseconds since the epoch (the clock of SO_TIMESTAMPNS).
+pub fn realtime_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// The CLOCK_MONOTONIC time at which the kernel received a frame, from its CLOCK_REALTIME
+/// receive timestamp `kernel_rt_ns` and the two clocks read just after the frame was
+/// read (`real_now_ns`, then `mono_now_ns`), by the frame's age:
+/// `mono_now - (real_now - kernel_ts)`.
+///
+/// A slightly negative age (the clocks are read one after the other, a wall-clock step
+/// back) counts as 0. `None` when the age is beyond `max_age_ns` either way (a wall-clock
+/// step or a bogus timestamp): the caller then uses `mono_now_ns`. Reading the realtime
+/// clock first means a preemption between the two reads can only make the result later,
+/// never earlier, so a frame is never released early because of it.
+pub fn kernel_rx_mono_ns(
+    kernel_rt_ns: i64,
+    real_now_ns: i64,
+    mono_now_ns: u64,
+    max_age_ns: u64,
+) -> Option<u64> {
+    let age = (real_now_ns as i128) - (kernel_rt_ns as i128);
+    if age.unsigned_abs() > max_age_ns as u128 {
+        return None;
+    }
+    let age = age.max(0) as u64;
+    Some(mono_now_ns.saturating_sub(age))
 }
 
 /// Asks the kernel to wake this thread's timers with 1 ns slack instead of the default
@@ -81,5 +126,70 @@ mod tests {
         }
         // A past deadline returns immediately (no sleep, no spin).
         sleep_until(0, Duration::from_micros(50));
+    }
+
+    const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn kernel_timestamp_converts_by_age() {
+        let real_now = 1_700_000_000 * S + 123_456_789;
+        let mono_now = 5_000 * S as u64;
+        // Received 250 µs before it was read.
+        assert_eq!(
+            kernel_rx_mono_ns(real_now - 250_000, real_now, mono_now, MAX_RX_AGE_NS),
+            Some(mono_now - 250_000)
+        );
+        // Read at once: age 0.
+        assert_eq!(
+            kernel_rx_mono_ns(real_now, real_now, mono_now, MAX_RX_AGE_NS),
+            Some(mono_now)
+        );
+        // Exactly the largest age trusted, and just beyond it.
+        assert_eq!(
+            kernel_rx_mono_ns(real_now - S, real_now, mono_now, MAX_RX_AGE_NS),
+            Some(mono_now - S as u64)
+        );
+        assert_eq!(
+            kernel_rx_mono_ns(real_now - S - 1, real_now, mono_now, MAX_RX_AGE_NS),
+            None
+        );
+    }
+
+    #[test]
+    fn kernel_timestamp_in_the_future_or_absurd() {
+        let real_now = 1_700_000_000 * S;
+        let mono_now = 42 * S as u64;
+        // A timestamp slightly after "now" (wall clock stepped back a little): age 0.
+        assert_eq!(
+            kernel_rx_mono_ns(real_now + 30_000, real_now, mono_now, MAX_RX_AGE_NS),
+            Some(mono_now)
+        );
+        // Far in the future or the past (clock stepped, or a zero timestamp): not trusted.
+        assert_eq!(
+            kernel_rx_mono_ns(real_now + 3600 * S, real_now, mono_now, MAX_RX_AGE_NS),
+            None
+        );
+        assert_eq!(
+            kernel_rx_mono_ns(0, real_now, mono_now, MAX_RX_AGE_NS),
+            None
+        );
+        assert_eq!(
+            kernel_rx_mono_ns(i64::MIN, i64::MAX, mono_now, MAX_RX_AGE_NS),
+            None
+        );
+        // Monotonic time just after boot: never wraps below zero.
+        assert_eq!(
+            kernel_rx_mono_ns(real_now - 500_000, real_now, 100_000, MAX_RX_AGE_NS),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn live_clocks_agree() {
+        // A timestamp taken now converts to (about) monotonic now.
+        let k = realtime_ns();
+        let (r, m) = (realtime_ns(), now_ns());
+        let t = kernel_rx_mono_ns(k, r, m, MAX_RX_AGE_NS).unwrap();
+        assert!(t <= m && m - t < 50_000_000, "t={t} m={m}");
     }
 }
