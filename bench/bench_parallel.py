@@ -65,7 +65,8 @@ def main() -> int:
     ap.add_argument("--households", type=int, nargs="+", default=DEFAULT_HOUSEHOLDS)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--noise-subset", type=int, default=8, help="trials re-run alone (phase C)")
-    ap.add_argument("--keep", help="keep the raw trials under this directory")
+    ap.add_argument("--keep", help="keep the raw trials under this directory; given again, "
+                    "phases whose trials are all there are reused (another budget reruns B only)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
@@ -74,16 +75,25 @@ def main() -> int:
     trials = [Trial(h, d, v) for h in a.households for d in ("uplink", "downlink")
               for v in a.variants]
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="ld-bench-parallel-"))
-    outs = {k: base / k for k in ("alone", "concurrent", "noise")}
+    outs = {"alone": base / "alone", "noise": base / "noise",
+            "concurrent": base / (f"concurrent-n{a.n}" if a.n else f"concurrent-{budget}")}
     how = f"N={a.n}" if a.n else f"budget host_load={budget}"
     print(f"{len(trials)} trials of {a.duration:g} s; phase B {how}; {os.cpu_count()} CPUs; "
           f"raw under {base}")
     kw = dict(duration=a.duration, idle=a.idle, window=a.window)
-    wall = {"alone": run_batch(trials, outs["alone"], n=1, label="A alone", **kw),
-            "concurrent": run_batch(trials, outs["concurrent"], n=a.n, budget=budget,
-                                    label=f"B {how}", **kw)}
     subset = trials[:: max(1, len(trials) // a.noise_subset)][: a.noise_subset]
-    wall["noise"] = run_batch(subset, outs["noise"], n=1, label="C noise", **kw)
+
+    def phase(name: str, batch: list[Trial], label: str, **how_many) -> float:
+        """Run a phase, or (--keep DIR given again) reuse it when DIR has all its trials."""
+        done = set(summaries(outs[name])) if a.keep and outs[name].is_dir() else set()
+        if set(batch) <= done:
+            print(f"  {label}: reusing the {len(batch)} trials under {outs[name]}")
+            return float("nan")
+        return run_batch(batch, outs[name], label=label, **how_many, **kw)
+
+    wall = {"alone": phase("alone", trials, "A alone", n=1),
+            "concurrent": phase("concurrent", trials, f"B {how}", n=a.n, budget=budget),
+            "noise": phase("noise", subset, "C noise", n=1)}
     A, B, C = (summaries(outs[k]) for k in ("alone", "concurrent", "noise"))
 
     ok = True

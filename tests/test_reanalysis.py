@@ -296,6 +296,31 @@ def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pull
     assert pq.read_table(clone / "results/tables/trials.parquet").num_rows == 304
 
 
+def test_a_trial_measured_here_at_a_published_path_is_not_held_to_the_pins(pulled):
+    """A fresh clone that never pulled measures the reference run itself (`make all`): its
+    trials sit at the published paths with other bytes. They are measurements made here, not
+    corrupted published data (a fresh clone's sweep stopped at the analysis on this): the pins
+    hold only for trials DVC put here, whose meta.json is in the local cache. Simulated on a
+    pulled trial re-encoded (other bytes, the same measurement) with the local cache moved
+    away, as on a clone that never pulled; with the cache back it is named again."""
+    from latency_divide.integrity import check_trials
+
+    clone, env = pulled["clone"], pulled["env"]
+    t = published_trials(clone)[5]
+    log = t / "receiver.log.gz"
+    log.chmod(0o644)
+    log.write_bytes(gzip.compress(gzip.decompress(log.read_bytes()), mtime=1))
+    assert [f.what.split(":")[0] for f in check_trials([t], clone)] == ["modified"]
+    cache, away = clone / ".dvc" / "cache", clone / ".dvc" / "cache-away"
+    cache.rename(away)
+    try:
+        assert check_trials([t], clone) == []
+    finally:
+        away.rename(cache)
+        run([DVC, "checkout", "--force"], clone, env)
+    assert check_trials([t], clone) == []
+
+
 def test_publish_refuses_corrupted_and_out_of_layout_data(pulled):
     clone, env = pulled["clone"], pulled["env"]
     remote_before = sorted(p.name for p in (clone / "dvc-remote").rglob("*"))

@@ -4,7 +4,9 @@ and the trial it claims to be?
 :func:`check_trials` looks at each trial directory, without parsing its measurements:
 
 - against what DVC pinned: every file that dvc.lock's manifest lists under the directory is
-  on disk with that md5 (a pulled measurement edited, truncated or deleted afterwards);
+  on disk with that md5 (a pulled measurement edited, truncated or deleted afterwards); this
+  holds for trials DVC put here (their meta.json is in the local cache): a trial measured
+  here at a published trial's path (a fresh clone's own sweep) is not the published one;
 - against the raw format: meta.json is a JSON object of a readable format version; the logs a
   trial needs are there (plain or ``.gz``); every ``.gz`` decompresses to its end (gzip's CRC
   catches flipped bytes) and every ``.json`` parses;
@@ -30,7 +32,8 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from . import READABLE_FORMATS, definition, rawio
-from .datacheck import DataCheckError, load_manifest, md5_file, tracked_outs
+from .datacheck import (DataCheckError, load_manifest, md5_file, object_dirs, object_path,
+                        tracked_outs)
 from .errors import LatencyDivideError
 
 #: Logs every trial has (each may be stored as NAME.gz).
@@ -91,8 +94,14 @@ def _rel(path: Path, repo: Path | None) -> PurePosixPath | None:
         return None
 
 
-def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding]) -> set[str]:
-    """Check the files DVC pinned under ``d``; return the names that match their pin."""
+def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding],
+                cache: Path | None = None) -> set[str]:
+    """Check the files DVC pinned under ``d``; return the names that match their pin.
+
+    Pins hold for data DVC put here: when the pinned meta.json is not in the local cache
+    (``cache``), the published trial was never pulled into this checkout, so a directory at
+    its path is a measurement made here of the same definition (a fresh clone's
+    `snakemake --cores 1 all`), checked on its own like any other trial."""
     intact: set[str] = set()
     if rel is None:
         return intact
@@ -101,7 +110,11 @@ def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding]) 
             sub = rel.relative_to(out).as_posix()
         except ValueError:
             continue
-        for name, md5 in by_dir.get(sub, ()):
+        entries = by_dir.get(sub, ())
+        meta_md5 = dict(entries).get("meta.json")
+        if cache is not None and meta_md5 and not object_path(cache, meta_md5).is_file():
+            continue
+        for name, md5 in entries:
             f = d / name
             if not f.is_file():
                 found.append(Finding(str(d), name, f"missing: DVC pinned it ({source}, md5 {md5})"))
@@ -186,13 +199,14 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
         bad(f"lacks or garbles the household or link plan ({type(e).__name__}: {e})")
 
 
-def check_trial(d: Path | str, repo: Path | None = None, pins=()) -> list[Finding]:
+def check_trial(d: Path | str, repo: Path | None = None, pins=(),
+                cache: Path | None = None) -> list[Finding]:
     """Every finding about one trial directory (empty when it may be analysed)."""
     d = Path(d)
     found: list[Finding] = []
     if not d.is_dir():
         return [Finding(str(d), "", "missing: not a directory")]
-    intact = _check_pins(d, _rel(d, repo), pins, found)
+    intact = _check_pins(d, _rel(d, repo), pins, found, cache)
     meta_file = d / "meta.json"
     try:
         meta = json.loads(meta_file.read_text())
@@ -222,9 +236,10 @@ def check_trials(trial_dirs: Iterable[Path | str], repo: Path | str | None = "."
         pins = _pins(repo_path)
     except DataCheckError as e:
         raise LatencyDivideError(f"cannot check the trials against dvc.lock: {e}") from None
+    cache = object_dirs(repo_path)[0] if pins else None  # the local cache comes first
     found: list[Finding] = []
     for d in trial_dirs:
-        found.extend(check_trial(Path(d), repo_path, pins))
+        found.extend(check_trial(Path(d), repo_path, pins, cache))
     return found
 
 
