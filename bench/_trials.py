@@ -14,9 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from latency_divide.admission import trial_host_load  # noqa: E402
-from latency_divide.households import get_household  # noqa: E402
-from latency_divide.linkplan import make_linkplan  # noqa: E402
+from latency_divide.ops.admission import trial_host_load
+from latency_divide.data.households import get_household
+from latency_divide.links.plan import make_linkplan
 
 CLI = ROOT / ".venv" / "bin" / "latency-divide"
 #: The paper's variants (config/config.yaml): name -> (cc, delta)
@@ -92,7 +92,7 @@ def run_batch(trials: list[Trial], out: Path, *, duration: float, idle: float, w
 
 def summaries(out: Path) -> dict[Trial, dict]:
     """summarize_trial() row and meta.json of every trial under ``out``, by trial."""
-    from latency_divide.tables import summarize_trial
+    from latency_divide.analysis.metrics import summarize_trial
 
     res = {}
     for meta in out.rglob("meta.json"):

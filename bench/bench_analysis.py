@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import yaml
+from latency_divide.analysis.tables import build_tables
 
 REPO = Path(__file__).resolve().parents[1]
 BUDGET_S = 20.0
@@ -94,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.runs < 1 or a.jobs < 1:
         ap.error(f"--runs and --jobs must be >= 1, got {a.runs}, {a.jobs}")
-    from latency_divide import tables
 
     with tempfile.TemporaryDirectory(prefix="ld-bench-analysis-") as tmp:
         tmp = Path(tmp)
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         times, cpu = [], []
         for i in range(a.runs):
             t0, c0 = time.perf_counter(), cpu_s()
-            t = tables.build_tables(dirs, tmp / f"tables{i}", jobs=a.jobs)
+            t = build_tables(dirs, tmp / f"tables{i}", jobs=a.jobs)
             times.append(time.perf_counter() - t0)
             cpu.append(cpu_s() - c0)
             print(f"run {i + 1}: {times[-1]:.2f} s wall, {cpu[-1]:.2f} s CPU (with workers) "

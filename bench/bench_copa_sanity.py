@@ -33,11 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from latency_divide import topology
-from latency_divide.linkplan import LinkPlan, link_plan
+from latency_divide.testbed.netns import SERVER_ADDR, Topology, resolve_delay_mechanism
+from latency_divide.links.plan import LinkPlan, link_plan
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
-from latency_divide.runners import wait_for
+from latency_divide.testbed.runners import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "target" / "release" / "tquic-perf"
@@ -48,7 +48,7 @@ VARIANTS = (("cubic", None), ("copa", 0.2), ("copa", 0.5), ("copa", 0.8))
 
 def shaped_plan(rate_kbit: int, rtt_ms: float, qfactor: float) -> LinkPlan:
     """Both directions at rate_kbit with a qfactor x BDP bfifo (EXPERIMENT.md's formulas)."""
-    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, topology.resolve_delay_mechanism("auto"))
+    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, resolve_delay_mechanism("auto"))
 
 
 def run_variant(topo, cc: str, delta: float | None, duration_s: float, skip_s: float,
@@ -57,7 +57,7 @@ def run_variant(topo, cc: str, delta: float | None, duration_s: float, skip_s: f
     cc_args = ["-congestion", cc] + (["-latency_factor", repr(delta)] if delta else [])
     procs = []
     try:
-        server = srv.start([str(TOOL), "-mode", "server", "-host", topology.SERVER_ADDR,
+        server = srv.start([str(TOOL), "-mode", "server", "-host", SERVER_ADDR,
                             "-port", str(PORT), *cc_args, "-once", f"-pacing={str(pacing).lower()}",
                             "-json", str(d / "sender.json")], stderr=d / "sender.log")
         procs.append(server)
@@ -65,11 +65,11 @@ def run_variant(topo, cc: str, delta: float | None, duration_s: float, skip_s: f
                                  check=False).stdout.strip(), timeout=5, what="server socket")
         procs.append(gw.start(topo.qsampler_argv(topo.gateway_egress("downlink"), 0.1),
                               stdout=d / "queue.jsonl", stderr=d / "qsampler.log"))
-        ping = cli.start(["ping", "-D", "-O", "-n", "-i", "0.1", topology.SERVER_ADDR],
+        ping = cli.start(["ping", "-D", "-O", "-n", "-i", "0.1", SERVER_ADDR],
                          stdout=d / "ping.log", stderr=d / "ping.err")
         procs.append(ping)
         time.sleep(2.0)
-        res = cli.run([str(TOOL), "-mode", "client", "-host", topology.SERVER_ADDR,
+        res = cli.run([str(TOOL), "-mode", "client", "-host", SERVER_ADDR,
                        "-port", str(PORT), "-duration", f"{duration_s:g}", *cc_args,
                        "-json", str(d / "receiver.json")], check=False, timeout=duration_s + 30)
         (d / "receiver.log").write_text(res.stderr)
@@ -122,7 +122,7 @@ def main() -> None:
           f"pacing {'on' if args.pacing else 'off'}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ld-bench-copa-") as tmp, \
-            topology.Topology(plan, delayline_bin=str(DELAYLINE)) as topo:
+            Topology(plan, delayline_bin=str(DELAYLINE)) as topo:
         for rep in range(args.reps):
             for cc, delta in VARIANTS:
                 name = cc if delta is None else f"copa-{delta:g}"

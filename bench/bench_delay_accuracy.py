@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from latency_divide.runners import LocalRunner, wait_for
+from latency_divide.testbed.runners import LocalRunner, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "delayline"

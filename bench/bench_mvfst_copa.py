@@ -26,10 +26,10 @@ from pathlib import Path
 
 import yaml
 
-from latency_divide import topology
+from latency_divide.testbed.netns import new_tag, ns_name, write_owner_record
 from latency_divide.parsers.qlog import copa_estimate, read_qlog, rtt_samples
 from latency_divide.parsers.tool import parse_tool_log
-from latency_divide.runners import LocalRunner
+from latency_divide.testbed.runners import LocalRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = (("cubic", None), ("copa", 0.2), ("copa", 0.5), ("copa", 0.8))
@@ -82,9 +82,9 @@ def main() -> None:
     args = ap.parse_args()
     binaries = dict(x.split("=", 1) for x in args.tperf)
     extra = flags_2021() if args.flags == "2021" else []
-    tag = topology.new_tag()
-    ns = topology.ns_name(tag, "srv")
-    record = topology.write_owner_record(tag, [ns])
+    tag = new_tag()
+    ns = ns_name(tag, "srv")
+    record = write_owner_record(tag, [ns])
     host = LocalRunner()
     rows = []
     try:

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from latency_divide import qsampler  # noqa: E402
+from latency_divide.testbed import qsampler
 
 DEV, PEER = "ldqa", "ldqb"
 

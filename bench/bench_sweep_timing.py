@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from latency_divide.sweeptiming import format_report, sweep_timing
+from latency_divide.ops.sweeptiming import format_report, sweep_timing
 
 
 def main() -> int:

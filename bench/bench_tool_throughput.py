@@ -31,9 +31,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from latency_divide import topology
-from latency_divide.linkplan import LinkPlan, link_plan
-from latency_divide.runners import wait_for
+from latency_divide.testbed.netns import SERVER_ADDR, Topology, resolve_delay_mechanism
+from latency_divide.links.plan import LinkPlan, link_plan
+from latency_divide.testbed.runners import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "target" / "release" / "tquic-perf"
@@ -43,7 +43,7 @@ PORT = 6666
 
 def shaped_plan(rate_kbit: int, rtt_ms: float, qfactor: float) -> LinkPlan:
     """Both directions at rate_kbit with a qfactor x BDP bfifo (EXPERIMENT.md's formulas)."""
-    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, topology.resolve_delay_mechanism("auto"))
+    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, resolve_delay_mechanism("auto"))
 
 
 def children_cpu_s() -> float:
@@ -53,7 +53,7 @@ def children_cpu_s() -> float:
 
 def one_transfer(topo, window: int, duration_s: float, workdir: Path) -> dict:
     srv, cli = topo.runner("srv"), topo.runner("cli")
-    server = srv.start([str(TOOL), "-mode", "server", "-host", topology.SERVER_ADDR,
+    server = srv.start([str(TOOL), "-mode", "server", "-host", SERVER_ADDR,
                         "-port", str(PORT), "-congestion", "cubic", "-window", str(window),
                         "-once", "-json", str(workdir / "sender.json")],
                        stderr=workdir / "sender.log")
@@ -61,7 +61,7 @@ def one_transfer(topo, window: int, duration_s: float, workdir: Path) -> dict:
     try:
         wait_for(lambda: srv.run(["ss", "-H", "-u", "-l", "-n", "sport", "=", f":{PORT}"],
                                  check=False).stdout.strip(), timeout=5, what="server socket")
-        client = cli.start([str(TOOL), "-mode", "client", "-host", topology.SERVER_ADDR,
+        client = cli.start([str(TOOL), "-mode", "client", "-host", SERVER_ADDR,
                             "-port", str(PORT), "-duration", f"{duration_s:g}",
                             "-window", str(window), "-interval_ms", "0",
                             "-json", str(workdir / "receiver.json")],
@@ -112,7 +112,7 @@ def main() -> None:
           f"cubic, {args.duration_s:g} s per transfer, {args.reps} reps")
     results: dict[int, list[dict]] = {w: [] for w in windows}
     with tempfile.TemporaryDirectory(prefix="ld-bench-tool-") as tmp, \
-            topology.Topology(plan, delayline_bin=str(DELAYLINE)) as topo:
+            Topology(plan, delayline_bin=str(DELAYLINE)) as topo:
         for rep in range(args.reps):
             for w in windows:
                 d = Path(tmp) / f"w{w}-r{rep}"

@@ -32,7 +32,7 @@ import numpy as np
 from _trials import ROOT, Trial, profile_budget, run_batch, summaries
 
 sys.path.insert(0, str(ROOT / "src"))
-from latency_divide import admission  # noqa: E402
+from latency_divide.ops import admission
 
 COMPONENTS = ("sender", "receiver", "delayline", "qsampler", "ping", "commands", "job")
 # $0-30, $30-40, $40-50, $50+ (one each) and 12251, the sample's fastest downlink (64.9 Mbit/s)

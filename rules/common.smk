@@ -1,13 +1,14 @@
 # Shared helpers: the loaded config, wildcard constraints, target functions.
 import sys
 
-from latency_divide.companions import load_companions, table_files
+from latency_divide.analysis.companions import load_companions, table_files
 from latency_divide.config import load_config
-from latency_divide.definition import ID_PATTERN
-from latency_divide.trial import trial_ids, trial_meta_path
-from latency_divide.admission import trial_host_load as admission_host_load
-from latency_divide.households import get_household
-from latency_divide.linkplan import make_linkplan
+from latency_divide.trial.definition import ID_PATTERN
+from latency_divide.trial.sweep import trial_ids
+from latency_divide.trial.layout import trial_meta_path
+from latency_divide.ops.admission import trial_host_load as admission_host_load
+from latency_divide.data.households import get_household
+from latency_divide.links.plan import make_linkplan
 
 # The package's config object: validated, households resolved (IDs checked, samples drawn).
 CFG = load_config(config)
@@ -135,7 +136,8 @@ def all_targets():
 
 
 # SSH testbed provisioning (rules/provision.smk): nodes are made ready before any trial.
-from latency_divide.inventory import ROLES as INVENTORY_ROLES, load_inventory
+from latency_divide.testbed.inventory import load_inventory
+from latency_divide.vocab import ROLE_OF as INVENTORY_ROLES
 
 SSH_INVENTORY = load_inventory(CFG.testbed.inventory) if CFG.testbed.kind == "ssh" else None
 

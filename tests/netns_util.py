@@ -4,14 +4,14 @@ import os
 import shutil
 
 import pytest
+from latency_divide.testbed.netns import existing_namespaces
 
-from latency_divide import topology
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
 
 def our_namespaces(tag: str) -> list[str]:
-    return [n for n in topology.existing_namespaces() if n.startswith(f"ld-{tag}-")]
+    return [n for n in existing_namespaces() if n.startswith(f"ld-{tag}-")]
 
 
 def require_programs(*names: str) -> None:

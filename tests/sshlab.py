@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from latency_divide import topology
-from latency_divide.runners import LocalRunner, wait_for
+from latency_divide.testbed.netns import STATE_DIR, new_tag, ns_name, remove_namespace, setup_commands
+from latency_divide.testbed.runners import LocalRunner, wait_for
 
 SSHD = "/usr/sbin/sshd"
 ROLE_ORDER = (("server", "srv"), ("gateway", "gw"), ("delay", "dly"), ("client", "cli"))
@@ -74,7 +74,7 @@ def _free_octet() -> int:
 @dataclass
 class SshLab:
     dir: Path
-    tag: str = field(default_factory=topology.new_tag)
+    tag: str = field(default_factory=new_tag)
     octet: int = 0
     mgmt_addr: dict = field(default_factory=dict)  # role -> address of sshd
     sshd: dict = field(default_factory=dict)  # role -> LocalProcess
@@ -84,20 +84,20 @@ class SshLab:
     host_links: list = field(default_factory=list)
 
     def ns(self, role: str) -> str:
-        return topology.ns_name(self.tag, role)
+        return ns_name(self.tag, role)
 
     @property
     def owner_file(self) -> Path:
-        return topology.STATE_DIR / f"{self.tag}.json"
+        return STATE_DIR / f"{self.tag}.json"
 
     def up(self) -> "SshLab":
-        topology.STATE_DIR.mkdir(parents=True, exist_ok=True)
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
         self.owner_file.write_text(json.dumps({
             "tag": self.tag, "pid": os.getpid(), "created_unix": time.time(),
             "namespaces": [self.ns(r) for _, r in ROLE_ORDER]}))
         host = LocalRunner()
         # the data plane: exactly the local testbed's wiring (delay node without a bridge)
-        for node, argv in topology.setup_commands(self.tag, "delayline"):
+        for node, argv in setup_commands(self.tag, "delayline"):
             (host if node is None else LocalRunner(self.ns(node))).run(argv)
         # the management network
         self.octet = _free_octet()
@@ -181,7 +181,7 @@ class SshLab:
             except Exception as e:
                 errors.append(f"sshd {role}: {e}")
         for _, role in ROLE_ORDER:
-            errors += topology.remove_namespace(self.ns(role))
+            errors += remove_namespace(self.ns(role))
         for hostif in self.host_links:  # gone with their peers; make sure
             LocalRunner().run(["ip", "link", "del", hostif], check=False)
         self.owner_file.unlink(missing_ok=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from latency_divide import admission
-from latency_divide.households import get_household
-from latency_divide.linkplan import link_plan, make_linkplan
+from latency_divide.ops import admission
+from latency_divide.data.households import get_household
+from latency_divide.links.plan import link_plan, make_linkplan
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"

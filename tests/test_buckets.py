@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from latency_divide.buckets import (
+from latency_divide.data.buckets import (
     DEFAULT_BUCKETS,
     PAPER_IDS,
     Bucket,
@@ -16,7 +16,8 @@ from latency_divide.buckets import (
     validate_buckets,
 )
 from latency_divide.errors import ConfigError
-from latency_divide.households import get_household, load_rows
+from latency_divide.data.households import get_household
+from latency_divide.data.source import load_rows
 
 
 def test_paper_ids_fall_in_their_buckets():

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from conftest import VENV_BIN
-from latency_divide.buckets import parse_bucket, sample_bucket
+from latency_divide.data.buckets import parse_bucket, sample_bucket
 
 CLI = str(VENV_BIN / "latency-divide")
 
@@ -31,7 +31,7 @@ def test_household_json_keys_are_the_record_fields():
     d = json.loads(run("household", "11406", "--json").stdout)
     assert d["upload_kbps"] == 1150 and d["download_kbps"] == 3498 and d["rtt_ms"] == 67.222
     assert d["price_bucket"] == "0-30"
-    from latency_divide.households import Household
+    from latency_divide.data.households import Household
 
     assert list(d) == list(Household.__dataclass_fields__)
 

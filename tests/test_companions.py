@@ -5,9 +5,10 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from latency_divide.companions import load_companions, table_files
-from latency_divide.config import ConfigError, load_config
-from latency_divide.trial import trial_ids
+from latency_divide.analysis.companions import load_companions, table_files
+from latency_divide.errors import ConfigError
+from latency_divide.config import load_config
+from latency_divide.trial.sweep import trial_ids
 
 
 def _write(tmp, name, **changes):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from latency_divide.buckets import PAPER_IDS, sample_bucket, parse_bucket
+from latency_divide.data.buckets import PAPER_IDS, sample_bucket, parse_bucket
 from latency_divide.config import load_config
 from latency_divide.errors import ConfigError
 

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
-
-from latency_divide import definition
-from latency_divide.config import load_config
-from latency_divide.errors import ConfigError, LatencyDivideError
-from latency_divide.integrity import check_trial
-from latency_divide.migrate import migrate
-from latency_divide.provenance import config_hash
-from latency_divide.trial import trial_ids
-
 from conftest import ROOT
+
+from latency_divide.analysis.integrity import check_trial
+from latency_divide.config import config_hash, load_config
+from latency_divide.errors import ConfigError, LatencyDivideError
+from latency_divide.ops.migrate import migrate
+from latency_divide.trial import definition
+from latency_divide.trial.sweep import trial_ids
 
 FIXTURES = ROOT / "tests" / "data" / "trials"
 # the ids of the published reference run (dvc.lock): they must never change by accident,

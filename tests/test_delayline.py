@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from latency_divide.errors import CommandError
-from latency_divide.runners import LocalRunner, wait_for
+from latency_divide.testbed.runners import LocalRunner, wait_for
 
 pytestmark = pytest.mark.netns
 

@@ -18,13 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from latency_divide.datacheck import (
-    DataCheckError,
-    md5_file,
-    trial_files,
-    tracked_outs,
-    verify,
-)
+from latency_divide.ops.dvcstore import DataCheckError, md5_file, tracked_outs
+from latency_divide.ops.verify import trial_files, verify
 
 from conftest import ROOT, VENV_BIN
 

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from latency_divide import figures, provenance, tables
+from latency_divide.analysis.provenance import verify
+from latency_divide.analysis.tables import build_tables, summary
+from latency_divide.analysis import figures
 
 TRIALS = Path(__file__).parent / "data" / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
@@ -18,7 +20,7 @@ DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("fig")
-    t = tables.build_tables(DIRS, root / "tables")
+    t = build_tables(DIRS, root / "tables")
     recs = {}
     for name in figures.FIGURES:
         recs[name] = figures.build_figure(
@@ -34,7 +36,7 @@ def test_every_figure_written_as_pdf_png_and_sidecar(built):
         assert (root / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         side = json.loads((root / f"{name}.provenance.json").read_text())
         assert side == recs[name]
-        assert provenance.verify(root / f"{name}.pdf").ok
+        assert verify(root / f"{name}.pdf").ok
     assert not list(root.glob(".*ld-tmp*"))
 
 
@@ -49,13 +51,13 @@ def test_sidecars_name_the_households_used(built):
 
 def test_delay_tput_plot_maps_summary_columns(built):
     _, t, _ = built
-    p = figures.delay_tput_plot(tables.summary(t.trials), figures.variant_order(t.trials))
+    p = figures.delay_tput_plot(summary(t.trials), figures.variant_order(t.trials))
     assert p.mapping["x"] == "norm_tput_mean" and p.mapping["y"] == "self_delay_mean_ms_mean"
     assert list(p.data["variant"].cat.categories) == ["cubic", "copa-0.5"]
     # error bars only where the CI exists (buckets with >= 2 households)
     assert len(p.layers[0].geom.data) == 2
     with pytest.raises(figures.FigureError, match="empty"):
-        figures.delay_tput_plot(tables.summary(t.trials).iloc[0:0])
+        figures.delay_tput_plot(summary(t.trials).iloc[0:0])
 
 
 def test_divide_table_by_hand(built):

@@ -8,19 +8,17 @@ import pandas as pd
 import pytest
 
 from conftest import DATA_CSV
-from latency_divide.buckets import Bucket
+from latency_divide.data.buckets import Bucket
 from latency_divide.errors import HouseholdError
-from latency_divide.households import (
+from latency_divide.data.households import (
     Household,
     get_household,
     households_frame,
-    kbit_from_bytes_per_s,
-    load_rows,
     read_record,
-    valid_ids,
     write_record,
     write_table,
 )
+from latency_divide.data.source import kbit_from_bytes_per_s, load_rows, valid_ids
 
 
 def test_household_11406_in_our_units():

@@ -6,14 +6,15 @@ import subprocess
 import sys
 import time
 
-from latency_divide.trial import process_started_unix
+from latency_divide.trial.meta import process_started_unix
 
 # what run_trial.py's job imports, before and during the trial
-TRIAL_JOB_MODULES = ("latency_divide.workflow_glue", "latency_divide.trial",
-                     "latency_divide.config", "latency_divide.households",
-                     "latency_divide.progress", "latency_divide.provenance",
-                     "latency_divide.linkplan", "latency_divide.parsers.tool",
-                     "latency_divide.rawio", "latency_divide.topology")
+TRIAL_JOB_MODULES = ("latency_divide.ops.workflow", "latency_divide.trial.run",
+                     "latency_divide.trial.sweep", "latency_divide.config",
+                     "latency_divide.data.households", "latency_divide.ops.progress",
+                     "latency_divide.links.plan", "latency_divide.parsers.tool",
+                     "latency_divide.trial.rawio", "latency_divide.testbed.netns",
+                     "latency_divide.testbed.factory")
 
 
 def test_a_trial_job_does_not_import_the_analysis_stack():
@@ -70,7 +71,7 @@ def _meta(root, household, start, *, proc_lead=1.0, setup=0.5, idle=5.0, transfe
 
 
 def test_sweep_timing_accounts_for_every_second(tmp_path):
-    from latency_divide.sweeptiming import format_report, sweep_timing
+    from latency_divide.ops.sweeptiming import format_report, sweep_timing
 
     now = time.time() - 3600
     # two slots: trials 1 and 2 start together; 3 starts 4 s after 1 ends (job start 1 s)

@@ -10,7 +10,8 @@ import yaml
 
 from conftest import ROOT, VENV_BIN
 from latency_divide import limits
-from latency_divide.config import ConfigError, load_config
+from latency_divide.errors import ConfigError
+from latency_divide.config import load_config
 
 CLI = str(VENV_BIN / "latency-divide")
 

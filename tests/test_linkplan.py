@@ -11,15 +11,9 @@ import subprocess
 import pytest
 
 from latency_divide.errors import ConfigError
-from latency_divide.households import get_household
-from latency_divide.linkplan import (
-    DelayPlan,
-    ShaperPlan,
-    check_ifname,
-    htb_r2q,
-    make_linkplan,
-)
-from latency_divide.runners import LocalRunner
+from latency_divide.data.households import get_household
+from latency_divide.links.plan import DelayPlan, ShaperPlan, check_ifname, htb_r2q, make_linkplan
+from latency_divide.testbed.runners import LocalRunner
 
 
 def test_11406_by_hand():

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from latency_divide import provenance, tables
+from latency_divide.analysis.provenance import build_sidecar, sidecar_path, verify, write_sidecar
+from latency_divide.analysis.tables import build_tables
+from latency_divide.config import config_hash
+from latency_divide.fsio import sha256_file
 from latency_divide.cli import main as cli_main
 
 TRIALS = Path(__file__).parent / "data" / "trials"
@@ -21,13 +24,13 @@ def setup(tmp_path, monkeypatch):
     shutil.copytree(TRIALS, Path("results/raw"), ignore=shutil.ignore_patterns("*.py"))
     dirs = sorted(p.parent for p in Path("results/raw").glob("def-*/*/*/*/rep*/meta.json"))
     assert len(dirs) == len(DIRS)
-    t = tables.build_tables(dirs, Path("results/tables"))
+    t = build_tables(dirs, Path("results/tables"))
     fig = Path("results/figures/x.pdf")
     fig.parent.mkdir(parents=True)
     fig.write_bytes(b"%PDF-1.4 stand-in bytes for hashing\n")
-    rec = provenance.build_sidecar(fig, [fig], t.trials, tables=["results/tables/trials.parquet"],
+    rec = build_sidecar(fig, [fig], t.trials, tables=["results/tables/trials.parquet"],
                                    git_rev="abc")
-    provenance.write_sidecar(rec, provenance.sidecar_path(fig))
+    write_sidecar(rec, sidecar_path(fig))
     return fig, rec, t
 
 
@@ -40,7 +43,7 @@ def test_sidecar_content(setup):
     first = side["trials"][0]
     d = Path(first["path"])
     assert set(first["files"]) == {f.name for f in d.iterdir()}
-    assert first["files"]["meta.json"] == provenance.sha256_file(d / "meta.json")
+    assert first["files"]["meta.json"] == sha256_file(d / "meta.json")
     assert side["git_revision"] == "abc"
     # each trial names its own definition (and the definitions are listed), not the config of
     # the run that drew the figure
@@ -50,17 +53,17 @@ def test_sidecar_content(setup):
     assert side["definitions"]["def-062df6263f"]["trial"]["duration_s"] == 5.0
     meta = json.loads((d / "meta.json").read_text())
     assert first["definition_id"] == meta["definition_id"] == d.parts[2]
-    assert side["outputs"][str(fig)] == provenance.sha256_file(fig)
+    assert side["outputs"][str(fig)] == sha256_file(fig)
 
 
 def test_config_hash_is_canonical():
-    assert provenance.config_hash({"a": 1, "b": [1, 2]}) == provenance.config_hash({"b": [1, 2], "a": 1})
-    assert provenance.config_hash({"a": 1}) != provenance.config_hash({"a": 2})
+    assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
+    assert config_hash({"a": 1}) != config_hash({"a": 2})
 
 
 def test_verify_ok_and_trace_output(setup, capsys):
     fig, rec, _ = setup
-    res = provenance.verify(fig)
+    res = verify(fig)
     assert res.ok and res.checked == 2 + sum(len(t["files"]) for t in rec["trials"])
     assert cli_main(["trace", str(fig)]) == 0
     out = capsys.readouterr().out

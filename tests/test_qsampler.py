@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from latency_divide import qsampler
+from latency_divide.testbed import qsampler
 from latency_divide.parsers.queue import parse_queue
 
 from netns_util import needs_root, require_programs
@@ -133,7 +133,7 @@ def test_classid_formatting_matches_tc():
 
 def test_missing_device_exits_2_naming_it():
     dev = "ldq-no" + secrets.token_hex(4)
-    res = subprocess.run([PY, "-m", "latency_divide.qsampler", "--dev", dev, "--interval",
+    res = subprocess.run([PY, "-m", "latency_divide.testbed.qsampler", "--dev", dev, "--interval",
                           "0.05"], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert res.returncode == 2, res
     assert dev in res.stderr and "cannot read qdiscs" in res.stderr
@@ -238,7 +238,7 @@ def test_sample_once_equals_tc_on_a_real_htb_bfifo_tree(ns):
 def test_sampler_process_under_traffic(ns, tmp_path):
     out = tmp_path / "queue.jsonl"
     interval = 0.05
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, "-m", "latency_divide.qsampler",
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, "-m", "latency_divide.testbed.qsampler",
                              "--dev", DEV, "--interval", str(interval), "--out", str(out)],
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:

@@ -303,7 +303,7 @@ def test_a_trial_measured_here_at_a_published_path_is_not_held_to_the_pins(pulle
     hold only for trials DVC put here, whose meta.json is in the local cache. Simulated on a
     pulled trial re-encoded (other bytes, the same measurement) with the local cache moved
     away, as on a clone that never pulled; with the cache back it is named again."""
-    from latency_divide.integrity import check_trials
+    from latency_divide.analysis.integrity import check_trials
 
     clone, env = pulled["clone"], pulled["env"]
     t = published_trials(clone)[5]

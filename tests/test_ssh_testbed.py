@@ -21,9 +21,19 @@ import pytest
 import yaml
 
 from latency_divide.config import ToolSettings, Variant
+from latency_divide.data.households import get_household
 from latency_divide.errors import ConfigError
-from latency_divide.households import get_household
-from latency_divide.inventory import load_inventory
+from latency_divide.testbed.inventory import load_inventory
+from latency_divide.testbed.ssh import state as ssh_state
+from latency_divide.testbed.ssh.clean import clean_remote
+from latency_divide.testbed.ssh.connection import SliceBusyError
+from latency_divide.testbed.ssh.lock import NodeLock
+from latency_divide.testbed.ssh.state import (
+    SSH_STATE_DIR,
+    _process_identity,
+    _write_state,
+)
+from latency_divide.testbed.ssh.testbed import SshTestbed
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,7 +86,7 @@ def provisioned(lab):
 
 
 def _spec(direction="downlink"):
-    from latency_divide.trial import TrialSpec
+    from latency_divide.trial.spec import TrialSpec
 
     return TrialSpec(household=get_household(HOUSEHOLD), direction=direction,
                      variant=Variant("cubic", "cubic"), duration_s=5, idle_s=2,
@@ -85,7 +95,7 @@ def _spec(direction="downlink"):
 
 def _metrics(d: Path) -> dict:
     """The analysis' own parse of the trial (latency-divide summarize)."""
-    from latency_divide.tables import summarize_trial
+    from latency_divide.analysis.metrics import summarize_trial
 
     row = summarize_trial(d)
     return {"goodput_kbit": float(row["goodput_kbps"]),
@@ -96,8 +106,9 @@ def _metrics(d: Path) -> dict:
 
 @pytest.mark.netns
 def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
-    from latency_divide.ssh import SSH_STATE_DIR, SshTestbed
-    from latency_divide.trial import LocalTestbed, run_trial
+    from latency_divide.testbed.netns import LocalTestbed
+    from latency_divide.testbed.ssh.testbed import SshTestbed
+    from latency_divide.trial.run import run_trial
 
     spec = _spec()
     d_ssh = run_trial(spec, tmp_path / "ssh", testbed=SshTestbed(provisioned))
@@ -116,7 +127,7 @@ def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
                                                  "delay": ["ld-dg", "ld-dc"]}
     assert ssh["meta"]["tool"]["sha256"] == loc["meta"]["tool"]["sha256"]
     # the queue was sampled on the gateway's downlink egress, with the bottleneck FIFO in it
-    from latency_divide.rawio import read_text
+    from latency_divide.trial.rawio import read_text
 
     q = [json.loads(line) for line in read_text(d_ssh, "queue.jsonl").splitlines()]
     assert len(q) > 30 and {s["dev"] for s in q} == {"ld-gc"}
@@ -129,7 +140,7 @@ def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
     assert abs(ssh["base_rtt_ms"] - loc["base_rtt_ms"]) < 2.0, (ssh["base_rtt_ms"],
                                                                   loc["base_rtt_ms"])
     # the nodes were restored: no root qdisc of ours, no run directory, no state file left
-    from latency_divide.runners import LocalRunner
+    from latency_divide.testbed.runners import LocalRunner
 
     for role, dev in (("gw", "ld-gs"), ("gw", "ld-gc"), ("dly", "ld-dg"), ("dly", "ld-dc")):
         out = LocalRunner(lab.ns(role)).run(["tc", "-j", "qdisc", "show", "dev", dev]).stdout
@@ -146,7 +157,7 @@ def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
 
 
 def _comms(ns: str) -> dict[int, str]:
-    from latency_divide.runners import LocalRunner
+    from latency_divide.testbed.runners import LocalRunner
 
     out = {}
     for p in LocalRunner().run(["ip", "netns", "pids", ns]).stdout.split():
@@ -163,8 +174,8 @@ def _trial_with_fault(provisioned, tmp_path, client_ns: str, fault):
     started in the client node's namespace; return (trial directory, retry messages, whether it struck)."""
     import threading
 
-    from latency_divide.ssh import SshTestbed
-    from latency_divide.trial import run_trial_with_retries
+    from latency_divide.testbed.ssh.testbed import SshTestbed
+    from latency_divide.trial.run import run_trial_with_retries
 
     struck: list[bool] = []
 
@@ -228,7 +239,7 @@ def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
 def test_jump_host(lab):
     """A node reached through a jump host (FABRIC's bastion): here the server's own sshd
     forwards to itself, so the session's peer address shows the hop."""
-    from latency_divide.ssh import SshTestbed
+    from latency_divide.testbed.ssh.testbed import SshTestbed
 
     srv = lab.mgmt_addr["srv"]
     inv = load_inventory(lab.inventory(server={"jump": {"host": srv}}))
@@ -244,7 +255,8 @@ def test_jump_host(lab):
 
 @pytest.mark.netns
 def test_unreachable_host(lab, tmp_path):
-    from latency_divide.ssh import SshError, SshTestbed
+    from latency_divide.testbed.ssh.connection import SshError
+    from latency_divide.testbed.ssh.testbed import SshTestbed
 
     # port 2 of the server's management address: nothing listens there
     inv = load_inventory(lab.inventory(server={"port": 2}))
@@ -256,7 +268,8 @@ def test_unreachable_host(lab, tmp_path):
 
 @pytest.mark.netns
 def test_wrong_key(lab):
-    from latency_divide.ssh import SshSetupError, SshTestbed
+    from latency_divide.testbed.ssh.connection import SshSetupError
+    from latency_divide.testbed.ssh.testbed import SshTestbed
 
     inv = load_inventory(lab.inventory(gateway={"key": str(lab.wrong_key)}))
     with pytest.raises(SshSetupError) as e:
@@ -268,7 +281,8 @@ def test_wrong_key(lab):
 
 @pytest.mark.netns
 def test_unknown_host_key_rejected(lab, tmp_path):
-    from latency_divide.ssh import SshSetupError, SshTestbed
+    from latency_divide.testbed.ssh.connection import SshSetupError
+    from latency_divide.testbed.ssh.testbed import SshTestbed
 
     kh = tmp_path / "known_hosts"
     lines = lab.known_hosts.read_text().splitlines()
@@ -280,7 +294,7 @@ def test_unknown_host_key_rejected(lab, tmp_path):
     assert "client node" in str(e.value) and "known_hosts" in str(e.value)
     # the explicit opt-out connects (with a warning)
     inv = load_inventory(lab.inventory(known_hosts=str(kh), insecure_host_keys=True))
-    from latency_divide.ssh import connect
+    from latency_divide.testbed.ssh.connection import connect
 
     with pytest.warns(UserWarning, match="insecure_host_keys"):
         import latency_divide.ssh as ssh_mod
@@ -292,7 +306,8 @@ def test_unknown_host_key_rejected(lab, tmp_path):
 
 @pytest.mark.netns
 def test_interface_not_found(lab, provisioned):
-    from latency_divide.ssh import SshSetupError, SshTestbed
+    from latency_divide.testbed.ssh.connection import SshSetupError
+    from latency_divide.testbed.ssh.testbed import SshTestbed
 
     inv = load_inventory(lab.inventory(gateway={"interfaces": {"uplink": "ldnope0",
                                                                "downlink": "ld-gc"}}))
@@ -309,9 +324,8 @@ def test_interface_not_found(lab, provisioned):
 def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
     """start() returns the command's own PID; stop() signals it and fetches the logs; a
     process left by a dead owner is stopped by clean_remote()."""
-    from latency_divide import ssh
 
-    tb = ssh.SshTestbed(provisioned)
+    tb = SshTestbed(provisioned)
     r = tb.runner("cli", rundir=str(lab.dir / "work" / "run" / "t1"))
     r.run(["mkdir", "-p", r.rundir])
     p = r.start(["sh", "-c", 'echo "out $0"; echo err >&2; exec sleep 60', "a b;c"],
@@ -335,7 +349,7 @@ def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
     r.run(["mkdir", "-p", rundir + "/client"])
     p2 = r.start(["sleep", "60"], stdout=tmp_path / "s.log")
     p3 = r.start(["sleep", "61"], stdout=tmp_path / "s3.log")
-    argv0, ticks = ssh._process_identity(r, p2.pid)
+    argv0, ticks = _process_identity(r, p2.pid)
     assert argv0 == "sleep" and ticks.isdigit()
     state = {"tag": "cafe01", "owner_pid": dead.pid, "slice": tb.slice.name,
              "inventory": str(provisioned), "inventory_raw": yaml.safe_load(provisioned.read_text()),
@@ -347,15 +361,15 @@ def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
                             "start_ticks": str(int(ticks) - 100)}],
              "qdisc_devs": {"gw": [], "dly": []}, "offloads": {}, "bridge": False}
     # a private state directory: a concurrent `latency-divide clean` must not race us
-    monkeypatch.setattr(ssh, "SSH_STATE_DIR", tmp_path / "state")
-    sf = ssh.SSH_STATE_DIR / "cafe01.json"
-    ssh._write_state(sf, state)
+    monkeypatch.setattr(ssh_state, "SSH_STATE_DIR", tmp_path / "state")
+    sf = ssh_state.SSH_STATE_DIR / "cafe01.json"
+    _write_state(sf, state)
     # records that cannot be trusted are skipped with a warning naming them
-    (ssh.SSH_STATE_DIR / "bad001.json").write_text("[1, 2]")
+    (ssh_state.SSH_STATE_DIR / "bad001.json").write_text("[1, 2]")
     outside = {**state, "tag": "bad002", "rundir": "/etc", "processes": []}
-    ssh._write_state(ssh.SSH_STATE_DIR / "bad002.json", outside)
+    _write_state(ssh_state.SSH_STATE_DIR / "bad002.json", outside)
     try:
-        done, errors, warnings = ssh.clean_remote()
+        done, errors, warnings = clean_remote()
         assert any(f"pid {p2.pid}" in x and "killed" in x for x in done), done
         assert not Path(f"/proc/{p2.pid}/cmdline").exists() or \
             Path(f"/proc/{p2.pid}/stat").read_text().split()[2] == "Z"
@@ -363,7 +377,7 @@ def test_runner_start_stop_and_clean(lab, provisioned, tmp_path, monkeypatch):
         assert p3.poll() is None  # still running: not ours any more
         assert any("bad001.json: skipped, not a record" in w for w in warnings), warnings
         assert any("bad002.json: skipped, its run directory '/etc'" in w for w in warnings)
-        assert (ssh.SSH_STATE_DIR / "bad002.json").exists()
+        assert (ssh_state.SSH_STATE_DIR / "bad002.json").exists()
         assert sf.exists()  # an error left: the record stays for a later clean
     finally:
         p3.stop(timeout=3)
@@ -411,15 +425,16 @@ def test_inventory_errors(tmp_path):
 
 def test_example_inventory_is_valid():
     raw = yaml.safe_load((ROOT / "config" / "testbeds" / "ssh.example.yaml").read_text())
-    from latency_divide.inventory import _schema_error, load_schema  # noqa: F401
     import jsonschema
+
+    from latency_divide.testbed.inventory import load_schema
 
     schema = load_schema()
     jsonschema.validators.validator_for(schema)(schema).validate(raw)
 
 
 def test_slice_lock_is_exclusive(tmp_path):
-    from latency_divide.workflow_glue import acquire_slice
+    from latency_divide.ops.workflow import acquire_slice
 
     with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as first:
         with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as second:
@@ -446,16 +461,15 @@ def test_a_slice_is_locked_on_its_nodes_against_any_other_run(lab, provisioned, 
     """The lock lives on the node (flock there, held by our SSH channel): another checkout,
     or `latency-divide trial --inventory`, is refused with the holder named; the lock goes
     when its holder dies (SIGKILL: no clean-up runs)."""
-    from latency_divide import ssh
 
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(provisioned)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        tb = ssh.SshTestbed(provisioned)
+        tb = SshTestbed(provisioned)
         try:
-            with pytest.raises(ssh.SliceBusyError, match="locked by holder-of-test"):
-                ssh.NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "b").acquire()
+            with pytest.raises(SliceBusyError, match="locked by holder-of-test"):
+                NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "b").acquire()
         finally:
             tb.close()
         t0 = time.monotonic()
@@ -469,14 +483,14 @@ def test_a_slice_is_locked_on_its_nodes_against_any_other_run(lab, provisioned, 
     finally:
         holder.kill()
         holder.wait()
-    tb = ssh.SshTestbed(provisioned)
+    tb = SshTestbed(provisioned)
     try:
         deadline = time.monotonic() + 10
         while True:  # sshd notices the dropped connection and ends the holder's session
             try:
-                ssh.NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "c").acquire().release()
+                NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "c").acquire().release()
                 break
-            except ssh.SliceBusyError:
+            except SliceBusyError:
                 assert time.monotonic() < deadline, "the lock outlived its killed holder"
                 time.sleep(0.2)
     finally:
@@ -484,9 +498,8 @@ def test_a_slice_is_locked_on_its_nodes_against_any_other_run(lab, provisioned, 
 
 
 def test_a_work_directory_others_could_write_is_refused(lab, provisioned, tmp_path):
-    from latency_divide import ssh
 
-    workdir = Path(ssh.SshTestbed(provisioned).slice.workdir)
+    workdir = Path(SshTestbed(provisioned).slice.workdir)
     assert oct(workdir.stat().st_mode & 0o777) == "0o700" and workdir.stat().st_uid == 0
     workdir.chmod(0o777)
     try:
@@ -507,8 +520,7 @@ def test_a_node_rebooted_mid_trial_ends_restored(lab, provisioned, tmp_path):
     sampler with them. The attempt ends in a named error or the trial completes; either way
     teardown counts a qdisc that is no longer there as restored (no error, no state record
     left for clean), and only a complete trial directory is left."""
-    from latency_divide.runners import LocalRunner
-    from latency_divide.ssh import SSH_STATE_DIR
+    from latency_divide.testbed.runners import LocalRunner
 
     gw = lab.ns("gw")
 
@@ -534,7 +546,8 @@ def test_a_node_rebooted_mid_trial_ends_restored(lab, provisioned, tmp_path):
 
 
 def test_a_changed_host_key_is_refused_naming_the_fix(lab, tmp_path):
-    from latency_divide.ssh import SshSetupError, SshTestbed
+    from latency_divide.testbed.ssh.connection import SshSetupError
+    from latency_divide.testbed.ssh.testbed import SshTestbed
 
     lines = lab.known_hosts.read_text().splitlines()
     srv_key = next(ln for ln in lines if ln.startswith(lab.mgmt_addr["srv"] + " ")).split(" ", 1)[1]

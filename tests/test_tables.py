@@ -17,7 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from latency_divide import tables
+from latency_divide.errors import LatencyDivideError
+from latency_divide.analysis.metrics import row_jsonable, summarize_trial
+from latency_divide.analysis.reader import TrialInvalid, TrialSkipped
+from latency_divide.analysis.schemas import KEYS, SCHEMAS, SCHEMA_VERSION, TRIALS_SCHEMA
+from latency_divide.analysis.tables import NoValidTrials, build_tables, collect, read_table, summary
 from latency_divide.cli import main as cli_main
 
 TRIALS = Path(__file__).parent / "data" / "trials"
@@ -34,7 +38,7 @@ def test_fixtures_present_and_small():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("tables")
-    t = tables.build_tables(DIRS, out)
+    t = build_tables(DIRS, out)
     return t, out
 
 
@@ -77,7 +81,7 @@ def test_trials_table_matches_independent_computation(built):
     t, _ = built
     df = t.trials
     assert len(df) == 5 and not t.skipped
-    assert list(df.columns) == tables.TRIALS_SCHEMA.names
+    assert list(df.columns) == TRIALS_SCHEMA.names
     for d in DIRS:
         row = df[df["trial_path"] == d.as_posix()].iloc[0]
         exp = independent_row(d)
@@ -97,8 +101,8 @@ def test_parquet_files_typed_and_versioned(built):
         schema = pq.read_schema(out / rel)
         md = schema.metadata
         assert md[b"latency_divide.table"] == name.encode()
-        assert md[b"latency_divide.schema_version"] == str(tables.SCHEMA_VERSION).encode()
-        assert schema.remove_metadata().equals(tables.SCHEMAS[name]), name
+        assert md[b"latency_divide.schema_version"] == str(SCHEMA_VERSION).encode()
+        assert schema.remove_metadata().equals(SCHEMAS[name]), name
     assert not list(out.rglob("*ld-tmp*"))
 
 
@@ -106,10 +110,10 @@ def test_read_table_rejects_unversioned_or_wrong_table(built, tmp_path):
     _, out = built
     plain = tmp_path / "plain.parquet"
     pq.write_table(pa.table({"a": [1]}), plain)
-    with pytest.raises(tables.LatencyDivideError, match="schema version"):
-        tables.read_table(plain)
-    with pytest.raises(tables.LatencyDivideError, match="expected 'summary'"):
-        tables.read_table(out / "trials.parquet", "summary")
+    with pytest.raises(LatencyDivideError, match="schema version"):
+        read_table(plain)
+    with pytest.raises(LatencyDivideError, match="expected 'summary'"):
+        read_table(out / "trials.parquet", "summary")
 
 
 def test_timeseries_keyed_and_relative_to_transfer_start(built):
@@ -118,7 +122,7 @@ def test_timeseries_keyed_and_relative_to_transfer_start(built):
         df = getattr(t, name)
         assert list(df.columns[:6]) == ["definition_id", "household_id", "direction", "variant",
                                        "repetition", "t_s"]
-        assert df.groupby(list(tables.KEYS)).ngroups == 5
+        assert df.groupby(list(KEYS)).ngroups == 5
     d = DIRS[0]
     meta = json.loads((d / "meta.json").read_text())
     rj = json.loads((d / "receiver.json").read_text())
@@ -136,7 +140,7 @@ def test_timeseries_keyed_and_relative_to_transfer_start(built):
 
 def test_summary_ci_over_households(built):
     t, _ = built
-    s = tables.summary(t.trials)
+    s = summary(t.trials)
     up = s[(s["price_bucket"] == "0-30") & (s["direction"] == "uplink") & (s["variant"] == "cubic")]
     assert len(up) == 1
     up = up.iloc[0]
@@ -163,7 +167,7 @@ def test_summary_averages_repetitions_within_household_first(built):
         rows.append(r)
     b["self_delay_mean_ms"] = 40.0
     rows.append(b)
-    s = tables.summary(pd.DataFrame(rows)).iloc[0]
+    s = summary(pd.DataFrame(rows)).iloc[0]
     assert s["households"] == 2 and s["trials"] == 4
     assert s["self_delay_mean_ms_mean"] == pytest.approx(30.0)  # not (10+20+30+40)/4 = 25
     assert s["self_delay_mean_ms_sd"] == pytest.approx(np.std([20.0, 40.0], ddof=1))
@@ -184,9 +188,9 @@ def test_build_tables_lists_exclusions_with_their_reason(tmp_path):
     text = raw_text(dirs[1], "receiver.log")
     cut = text[: text.index("Received ")]  # the tool failed: no transfer summary
     (dirs[1] / "receiver.log.gz").write_bytes(gzip.compress(cut.encode()))
-    with pytest.warns(tables.TrialSkipped):
-        t = tables.build_tables(dirs, tmp_path / "tables", repo=None)
-    ex = tables.read_table(tmp_path / "tables" / "exclusions.parquet", "exclusions")
+    with pytest.warns(TrialSkipped):
+        t = build_tables(dirs, tmp_path / "tables", repo=None)
+    ex = read_table(tmp_path / "tables" / "exclusions.parquet", "exclusions")
     assert len(t.trials) == 4 and len(ex) == 1
     row = ex.iloc[0]
     assert row["trial_path"] == dirs[1].as_posix()
@@ -196,7 +200,7 @@ def test_build_tables_lists_exclusions_with_their_reason(tmp_path):
 
 
 def test_build_tables_stops_on_a_damaged_trial_and_writes_nothing(tmp_path):
-    from latency_divide.integrity import DataIntegrityError
+    from latency_divide.analysis.integrity import DataIntegrityError
 
     dirs = [copy_trial(d, tmp_path / "raw") for d in DIRS]
     (dirs[0] / "ping.log.gz").unlink()
@@ -207,7 +211,7 @@ def test_build_tables_stops_on_a_damaged_trial_and_writes_nothing(tmp_path):
     meta["definition"]["qfactor"] = 4.0
     (dirs[3] / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(DataIntegrityError) as e:
-        tables.build_tables(dirs, tmp_path / "tables", repo=None)
+        build_tables(dirs, tmp_path / "tables", repo=None)
     msg = str(e.value)
     assert f"{dirs[0]}/ping.log: missing (nor ping.log.gz)" in msg
     assert f"{dirs[2]}/queue.jsonl.gz: not a readable gzip file" in msg
@@ -217,7 +221,7 @@ def test_build_tables_stops_on_a_damaged_trial_and_writes_nothing(tmp_path):
 
 
 def test_a_trial_in_the_wrong_definition_directory_is_refused(tmp_path):
-    from latency_divide.integrity import check_trial
+    from latency_divide.analysis.integrity import check_trial
 
     d = copy_trial(DIRS[0], tmp_path / "raw")
     other = next(x for x in DIRS if x.parents[3].name != DIRS[0].parents[3].name)
@@ -234,8 +238,8 @@ def test_missing_file_and_truncated_log_are_named_and_left_out(tmp_path):
     text = raw_text(good[1], "receiver.log")
     cut = text[: text.index("Received ")]  # the log ends before the transfer summary
     (good[1] / "receiver.log.gz").write_bytes(gzip.compress(cut.encode()))
-    with pytest.warns(tables.TrialSkipped) as rec:
-        t = tables.collect(good)
+    with pytest.warns(TrialSkipped) as rec:
+        t = collect(good)
     msgs = [str(w.message) for w in rec]
     assert any(str(good[0]) in m and "missing file ping.log (or ping.log.gz)" in m for m in msgs)
     assert any(str(good[1]) in m and "receiver.log is truncated" in m for m in msgs)
@@ -247,11 +251,11 @@ def test_missing_file_and_truncated_log_are_named_and_left_out(tmp_path):
 def test_zero_valid_trials_is_an_error(tmp_path):
     d = copy_trial(DIRS[0], tmp_path)
     (d / "meta.json").write_text("{")
-    with pytest.warns(tables.TrialSkipped):
-        with pytest.raises(tables.NoValidTrials, match="no valid trials among 1 trial directory"):
-            tables.collect([d])
-    with pytest.raises(tables.NoValidTrials):
-        tables.collect([])
+    with pytest.warns(TrialSkipped):
+        with pytest.raises(NoValidTrials, match="no valid trials among 1 trial directory"):
+            collect([d])
+    with pytest.raises(NoValidTrials):
+        collect([])
 
 
 def test_no_idle_ping_is_invalid(tmp_path):
@@ -261,15 +265,15 @@ def test_no_idle_ping_is_invalid(tmp_path):
     kept = [l for l in lines if not l.startswith("[") or float(l[1:l.index("]")]) >= start]
     (d / "ping.log.gz").unlink()
     (d / "ping.log").write_text("".join(kept))
-    with pytest.raises(tables.TrialInvalid, match="no ping reply before the transfer"):
-        tables.summarize_trial(d)
+    with pytest.raises(TrialInvalid, match="no ping reply before the transfer"):
+        summarize_trial(d)
 
 
 def test_duplicate_keys_rejected(tmp_path):
     a = copy_trial(DIRS[0], tmp_path / "a")
     b = copy_trial(DIRS[0], tmp_path / "b")
-    with pytest.raises(tables.LatencyDivideError, match="share household"):
-        tables.collect([a, b])
+    with pytest.raises(LatencyDivideError, match="share household"):
+        collect([a, b])
 
 
 def test_cli_summarize_prints_the_table_row(built, capsys):
@@ -278,7 +282,7 @@ def test_cli_summarize_prints_the_table_row(built, capsys):
     assert cli_main(["summarize", str(d), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     row = t.trials[t.trials["trial_path"] == d.as_posix()].iloc[0].to_dict()
-    exp = tables.row_jsonable(row)
+    exp = row_jsonable(row)
     assert got.keys() == exp.keys()
     for k, v in exp.items():
         if isinstance(v, float):
@@ -298,10 +302,10 @@ def test_cli_summarize_bad_dir(tmp_path, capsys):
 def test_parallel_collect_gives_the_same_tables(tmp_path):
     dirs = [copy_trial(d, tmp_path) for d in DIRS]
     (dirs[2] / "queue.jsonl.gz").unlink()
-    with pytest.warns(tables.TrialSkipped, match="missing file queue.jsonl"):
-        one = tables.collect(dirs, jobs=1)
-    with pytest.warns(tables.TrialSkipped, match="missing file queue.jsonl"):
-        two = tables.collect(dirs, jobs=2)
+    with pytest.warns(TrialSkipped, match="missing file queue.jsonl"):
+        one = collect(dirs, jobs=1)
+    with pytest.warns(TrialSkipped, match="missing file queue.jsonl"):
+        two = collect(dirs, jobs=2)
     assert [e.path for e in two.skipped] == [str(dirs[2])]
     for name in ("trials", "ping", "queue", "throughput"):
         pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))

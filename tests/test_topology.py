@@ -6,13 +6,16 @@ import sys
 
 import pytest
 
-from latency_divide import PREFIX, topology
-from latency_divide.clean import clean
+from latency_divide.testbed import netns
+from latency_divide.vocab import ROLES
+from latency_divide.testbed.netns import LINKS, SERVER_ADDR, Topology, link_commands, netem_available, new_tag, ns_name, parse_ns_name, resolve_delay_mechanism, setup_commands, write_owner_record
+from latency_divide import PREFIX
+from latency_divide.testbed.clean import clean
 from latency_divide.errors import LatencyDivideError
-from latency_divide.households import get_household
-from latency_divide.linkplan import make_linkplan
+from latency_divide.data.households import get_household
+from latency_divide.links.plan import make_linkplan
 from latency_divide.parsers.ping import parse_ping
-from latency_divide.trial import repo_root
+from latency_divide.paths import repo_root
 
 from netns_util import needs_root, our_namespaces, require_programs
 
@@ -20,20 +23,20 @@ DELAYLINE = repo_root() / "target" / "release" / "delayline"
 
 
 def test_names_carry_prefix_and_fit_linux_limits():
-    tag = topology.new_tag()
-    for role in topology.ROLES:
-        name = topology.ns_name(tag, role)
-        assert name.startswith(PREFIX) and topology.parse_ns_name(name) == (tag, role)
-    for pair in topology.LINKS:
+    tag = new_tag()
+    for role in ROLES:
+        name = ns_name(tag, role)
+        assert name.startswith(PREFIX) and parse_ns_name(name) == (tag, role)
+    for pair in LINKS:
         for _, ifname in pair:
             assert ifname.startswith("ld") and len(ifname) <= 15
-    assert topology.parse_ns_name("ld-zz-srv") is None          # tag not hex
-    assert topology.parse_ns_name("other-abc123-srv") is None   # not ours
-    assert topology.parse_ns_name("ld-abc123-web") is None      # not one of our roles
+    assert parse_ns_name("ld-zz-srv") is None          # tag not hex
+    assert parse_ns_name("other-abc123-srv") is None   # not ours
+    assert parse_ns_name("ld-abc123-web") is None      # not one of our roles
 
 
 def test_setup_commands_are_argv_lists_with_paper_addresses():
-    cmds = topology.setup_commands("abc123", "netem")
+    cmds = setup_commands("abc123", "netem")
     assert all(isinstance(argv, list) and all(isinstance(a, str) for a in argv)
                for _, argv in cmds)
     flat = [" ".join(a) for _, a in cmds]
@@ -41,14 +44,14 @@ def test_setup_commands_are_argv_lists_with_paper_addresses():
     assert "ip addr add 10.10.2.2/24 dev ld-c0" in flat
     assert any(a.startswith("ip link add ld-br0 type bridge") for a in flat)
     assert not any("bridge" in a for a in (" ".join(x) for _, x in
-                                           topology.setup_commands("abc123", "delayline")))
+                                           setup_commands("abc123", "delayline")))
     with pytest.raises(ValueError, match="delay mechanism 'tc'"):
-        topology.setup_commands("abc123", "tc")
+        setup_commands("abc123", "tc")
 
 
 def test_link_commands_put_each_direction_on_its_egress():
     plan = make_linkplan(get_household(11406), 2.0, mechanism="netem")
-    cmds = topology.link_commands(plan)
+    cmds = link_commands(plan)
     gw = [" ".join(a) for node, a in cmds if node == "gw"]
     assert any("dev ld-gs" in c and "rate 1150kbit" in c for c in gw)   # uplink toward server
     assert any("dev ld-gc" in c and "rate 3498kbit" in c for c in gw)   # downlink toward client
@@ -67,14 +70,14 @@ def _ping(runner, target, count=20, interval=0.05):
 def test_idle_rtt_matches_household_within_1ms(household):
     """Fidelity: the idle RTT across the topology is the household's RTT (+ <1 ms)."""
     require_programs("ping", "ethtool", "tc")
-    mechanism = topology.resolve_delay_mechanism("auto")
+    mechanism = resolve_delay_mechanism("auto")
     h = get_household(household)
     plan = make_linkplan(h, 2.0, mechanism=mechanism)
-    topo = topology.Topology(plan, delayline_bin=str(DELAYLINE))
+    topo = Topology(plan, delayline_bin=str(DELAYLINE))
     with topo:
         assert topo.setup_s < 2.0, f"setup took {topo.setup_s:.2f} s"
-        _ping(topo.runner("cli"), topology.SERVER_ADDR, count=3)   # ARP warm-up
-        rtts = _ping(topo.runner("cli"), topology.SERVER_ADDR)["rtt_ms"].dropna()
+        _ping(topo.runner("cli"), SERVER_ADDR, count=3)   # ARP warm-up
+        rtts = _ping(topo.runner("cli"), SERVER_ADDR)["rtt_ms"].dropna()
         assert len(rtts) >= 18
         err = rtts.median() - h.rtt_ms
         assert -0.2 <= err <= 1.0, f"median idle RTT {rtts.median():.3f} ms vs {h.rtt_ms} ms"
@@ -86,7 +89,7 @@ def test_idle_rtt_matches_household_within_1ms(household):
 @pytest.mark.netns
 def test_teardown_removes_everything_even_after_a_failure():
     plan = make_linkplan(get_household(11406), 2.0, mechanism="delayline")
-    topo = topology.Topology(plan, delayline_bin="/nonexistent/delayline")
+    topo = Topology(plan, delayline_bin="/nonexistent/delayline")
     with pytest.raises(LatencyDivideError, match="delay line exited at start"):
         with topo:
             pass
@@ -114,7 +117,7 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     child.wait()
     assert len(our_namespaces(dead_tag)) == 4
 
-    live = topology.Topology(make_linkplan(get_household(11406), 2.0, mechanism="delayline"))
+    live = Topology(make_linkplan(get_household(11406), 2.0, mechanism="delayline"))
     live._start_delayline = lambda: None
     try:
         live.up()
@@ -137,15 +140,15 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
 def test_clean_skips_a_malformed_owner_record_and_cleans_the_rest(tmp_path, monkeypatch):
     """A record it cannot trust (not JSON, pid 0 or -1: os.kill(-1, 0) would ask about every
     process) is named in a warning and its namespaces are left alone; the rest is cleaned."""
-    monkeypatch.setattr(topology, "STATE_DIR", tmp_path)
-    tags = {"bad": topology.new_tag(), "neg": topology.new_tag(), "dead": topology.new_tag()}
+    monkeypatch.setattr(netns, "STATE_DIR", tmp_path)
+    tags = {"bad": new_tag(), "neg": new_tag(), "dead": new_tag()}
     (tmp_path / f"{tags['bad']}.json").write_text("{not json")
     (tmp_path / f"{tags['neg']}.json").write_text('{"pid": -1}')
     # a dead owner: a process that has exited
     gone = subprocess.Popen(["true"])
     gone.wait()
     (tmp_path / f"{tags['dead']}.json").write_text(f'{{"pid": {gone.pid}}}')
-    made = [topology.ns_name(t, "srv") for t in tags.values()]
+    made = [ns_name(t, "srv") for t in tags.values()]
     try:
         for ns in made:
             subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -154,7 +157,7 @@ def test_clean_skips_a_malformed_owner_record_and_cleans_the_rest(tmp_path, monk
         assert any(f"{tags['bad']}.json: unreadable owner record" in w for w in rep.warnings)
         assert any(f"{tags['neg']}.json: malformed owner record (pid -1)" in w
                    for w in rep.warnings), rep.warnings
-        assert topology.ns_name(tags["dead"], "srv") in rep.removed
+        assert ns_name(tags["dead"], "srv") in rep.removed
         assert our_namespaces(tags["bad"]) and our_namespaces(tags["neg"])
         assert (tmp_path / f"{tags['bad']}.json").exists()
     finally:
@@ -165,17 +168,17 @@ def test_clean_skips_a_malformed_owner_record_and_cleans_the_rest(tmp_path, monk
 @needs_root
 @pytest.mark.netns
 def test_the_netem_probe_owns_its_namespace_like_every_other(tmp_path, monkeypatch):
-    monkeypatch.setattr(topology, "STATE_DIR", tmp_path)
-    monkeypatch.setattr(topology, "_NETEM_PROBE", None)
+    monkeypatch.setattr(netns, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(netns, "_NETEM_PROBE", None)
     seen = []
-    real = topology.write_owner_record
+    real = write_owner_record
 
     def spy(tag, namespaces):
         assert not any(our_namespaces(tag))  # written before the namespace exists
         seen.append((tag, list(namespaces)))
         return real(tag, namespaces)
 
-    monkeypatch.setattr(topology, "write_owner_record", spy)
-    topology.netem_available()
-    assert len(seen) == 1 and seen[0][1] == [topology.ns_name(seen[0][0], "gw")]
+    monkeypatch.setattr(netns, "write_owner_record", spy)
+    netem_available()
+    assert len(seen) == 1 and seen[0][1] == [ns_name(seen[0][0], "gw")]
     assert our_namespaces(seen[0][0]) == [] and list(tmp_path.iterdir()) == []

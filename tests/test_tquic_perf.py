@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from latency_divide import topology
-from latency_divide.linkplan import LinkPlan, link_plan
+from latency_divide.testbed.netns import SERVER_ADDR, Topology, resolve_delay_mechanism
+from latency_divide.links.plan import LinkPlan, link_plan
 from latency_divide.parsers.tool import parse_tool_log
-from latency_divide.runners import LocalRunner, wait_for
-from latency_divide.trial import repo_root
+from latency_divide.testbed.runners import LocalRunner, wait_for
+from latency_divide.paths import repo_root
 
 from netns_util import needs_root, our_namespaces, require_programs
 
@@ -43,13 +43,13 @@ def tool() -> str:
 
 def shaped_plan(rate_kbit: int, rtt_ms: float, qfactor: float = QFACTOR) -> LinkPlan:
     """Both directions at rate_kbit with a qfactor x BDP bfifo (EXPERIMENT.md's formulas)."""
-    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, topology.resolve_delay_mechanism("auto"))
+    return link_plan(rate_kbit, rate_kbit, rtt_ms, qfactor, resolve_delay_mechanism("auto"))
 
 
 @pytest.fixture(scope="module")
 def topo():
     require_programs("ip", "tc", "ethtool")
-    t = topology.Topology(shaped_plan(RATE_KBIT, RTT_MS), delayline_bin=str(DELAYLINE))
+    t = Topology(shaped_plan(RATE_KBIT, RTT_MS), delayline_bin=str(DELAYLINE))
     try:
         t.up()
         yield t
@@ -60,7 +60,7 @@ def topo():
 
 def start_server(topo, tool, tmp_path: Path, *args: str):
     proc = topo.runner("srv").start(
-        [tool, "-mode", "server", "-host", topology.SERVER_ADDR, "-port", str(PORT), *args],
+        [tool, "-mode", "server", "-host", SERVER_ADDR, "-port", str(PORT), *args],
         stderr=tmp_path / "sender.log")
     # Ready when its UDP socket is bound.
     wait_for(lambda: topo.runner("srv").run(
@@ -128,7 +128,7 @@ def test_five_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_pa
                           "-once", "-json", str(tmp_path / "sender.json"))
     try:
         res = topo.runner("cli").run(
-            [tool, "-mode", "client", "-host", topology.SERVER_ADDR, "-port", str(PORT),
+            [tool, "-mode", "client", "-host", SERVER_ADDR, "-port", str(PORT),
              "-duration", "5", "-congestion", cc, "-json", str(tmp_path / "receiver.json")],
             check=False, timeout=40)
         (tmp_path / "receiver.log").write_text(res.stderr)
@@ -173,7 +173,7 @@ def test_vanished_server_ends_the_client_with_an_error(topo, tool, tmp_path):
     client = None
     try:
         client = topo.runner("cli").start(
-            [tool, "-mode", "client", "-host", topology.SERVER_ADDR, "-port", str(PORT),
+            [tool, "-mode", "client", "-host", SERVER_ADDR, "-port", str(PORT),
              "-duration", "60", "-idle_timeout_ms", "2000",
              "-json", str(tmp_path / "receiver.json")],
             stderr=tmp_path / "receiver.log")

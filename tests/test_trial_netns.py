@@ -13,16 +13,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from latency_divide import topology
+from latency_divide.testbed.netns import CLIENT_ADDR, GATEWAY_EGRESS, existing_namespaces, resolve_delay_mechanism
 from latency_divide.config import ToolSettings, Variant, load_config
 from latency_divide.errors import TrialError
-from latency_divide.households import get_household
+from latency_divide.data.households import get_household
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
 from latency_divide.parsers.tool import parse_tool_log
-from latency_divide.rawio import read_text
-from latency_divide.runners import pid_alive
-from latency_divide.trial import TrialSpec, repo_root, run_trial, trial_ids, trial_meta_path
+from latency_divide.trial.rawio import read_text
+from latency_divide.testbed.runners import pid_alive
+from latency_divide.trial.spec import TrialSpec
+from latency_divide.paths import repo_root
+from latency_divide.trial.run import run_trial
+from latency_divide.trial.sweep import trial_ids
+from latency_divide.trial.layout import trial_meta_path
 
 from netns_util import needs_root
 
@@ -75,8 +79,8 @@ def test_cubic_fills_the_link_and_its_queue(tmp_path, household):
     assert m["goodput_kbps"] >= 0.9 * m["capacity_kbps"], m
     assert m["queue_max_bytes"] >= 0.9 * m["queue_limit_bytes"], m
     assert abs(m["idle_rtt_ms"] - h.rtt_ms) <= 1.0, m
-    assert m["meta"]["delay_mechanism"] == topology.resolve_delay_mechanism("auto")
-    assert not [n for n in topology.existing_namespaces()
+    assert m["meta"]["delay_mechanism"] == resolve_delay_mechanism("auto")
+    assert not [n for n in existing_namespaces()
                 if n.startswith(f"ld-{m['meta']['testbed']['tag']}-")]
 
 
@@ -95,10 +99,10 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     assert defn["definition"]["trial"]["duration_s"] == 4.0
     assert meta["tool"]["sender_node"] == "cli" and meta["tool"]["receiver_node"] == "srv"
     assert meta["tool"]["sender_argv"][meta["tool"]["sender_argv"].index("-host") + 1] == \
-        topology.CLIENT_ADDR
+        CLIENT_ADDR
     assert "-latency_factor" in meta["tool"]["sender_argv"]
     assert meta["capacity_kbps"] == get_household(9747).upload_kbps
-    assert meta["queue"]["dev"] == topology.GATEWAY_EGRESS["uplink"]
+    assert meta["queue"]["dev"] == GATEWAY_EGRESS["uplink"]
     for key in ("household", "linkplan", "variant", "tool", "host", "delay_mechanism",
                 "qdisc_before", "qdisc_after", "timing", "concurrency", "git_revision",
                 "config_hash", "format_version"):

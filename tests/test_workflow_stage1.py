@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, VENV_BIN
-from latency_divide.buckets import PAPER_IDS
-from latency_divide.households import get_household
-from latency_divide.linkplan import make_linkplan
+from latency_divide.data.buckets import PAPER_IDS
+from latency_divide.data.households import get_household
+from latency_divide.links.plan import make_linkplan
 
 SNAKEMAKE = str(VENV_BIN / "snakemake")
 

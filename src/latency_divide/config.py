@@ -8,21 +8,30 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import hashlib
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import jsonschema
 import yaml
 
-from . import limits
-from .buckets import Bucket, resolve_buckets, validate_buckets
-from .errors import ConfigError
+from latency_divide import limits
+from latency_divide.data.buckets import Bucket, resolve_buckets, validate_buckets
+from latency_divide.errors import ConfigError
+from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = ROOT / "config" / "schema.yaml"
-DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
+if TYPE_CHECKING:  # pandas costs 1.7 s to import: trial jobs (which hash files) skip it
+    pass
+
+
+
+
+SCHEMA_PATH = CONFIG_SCHEMA
+
+
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class ToolSettings:
     #: extra flags passed to both ends of the tool (part of the trial definition)
     args: tuple[str, ...] = ()
 
-    def binary(self, root: Path = ROOT) -> Path:
+    def binary(self, root: Path = CHECKOUT) -> Path:
         """The tool's binary: the configured path (a bare name such as ``tperf`` is looked up
         on PATH; a relative path is relative to the repository), or our build for tquic-perf."""
         if self.path is not None:
@@ -271,3 +280,9 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         raw=raw,
         companions=tuple(raw.get("companions") or ()),
     )
+
+
+def config_hash(config: dict | None) -> str:
+    """sha256 of the config as canonical JSON (sorted keys, no whitespace)."""
+    text = json.dumps(config or {}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

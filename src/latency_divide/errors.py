@@ -1,5 +1,7 @@
 """Domain errors. The CLI turns these into a one-line message and a non-zero exit."""
 
+from __future__ import annotations
+
 
 class LatencyDivideError(Exception):
     """Base class: an error a user can act on; str(e) is the whole message."""

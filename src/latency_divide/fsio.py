@@ -4,11 +4,15 @@ name carries our prefix and the PID, and it is removed if the write fails."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:  # pandas costs 1.7 s to import: trial jobs (which hash files) skip it
+    pass
 
 
 @contextmanager
@@ -34,3 +38,25 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 def write_json_atomic(path: str | Path, obj, *, indent: int | None = 2,
                       sort_keys: bool = True) -> None:
     write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str) + "\n")
+
+
+def sha256_file(path: Path | str) -> str:
+    return hash_file(path, "sha256")
+
+
+def hash_file(path: Path | str, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's content (read in 1 MiB chunks)."""
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_dir(path: Path | str) -> dict[str, str]:
+    """sha256 of every regular file under ``path`` (relative POSIX names, sorted)."""
+    root = Path(path)
+    out = {}
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        out[f.relative_to(root).as_posix()] = sha256_file(f)
+    return out

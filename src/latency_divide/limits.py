@@ -5,13 +5,14 @@ allowed. The ranges are what a real experiment on a home-broadband link needs, w
 spare, so that a typo (1e6 BDPs of queue, a NaN, a 300-character name) is stopped before it
 shapes a link or names a directory.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from typing import NamedTuple
 
-from .errors import ConfigError
+from latency_divide.errors import ConfigError
 
 
 class Range(NamedTuple):
@@ -45,6 +46,7 @@ RANGES: dict[str, Range] = {
     "limit_mb": Range(0.001, 100_000, "MB"),
     "skip_s": Range(0, 3600, "s"),
 }
+
 
 #: a name that becomes a directory name (variant, bucket): letters, digits and . _ + -, not
 #: starting with a dot or dash, at most 40 characters; \A...\Z, not ^...$ ($ accepts "name\n")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from latency_divide.errors import LatencyDivideError
-from latency_divide.tables import build_tables
+from latency_divide.analysis.tables import build_tables
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 logging.captureWarnings(True)  # excluded trials (TrialSkipped) are named in the log

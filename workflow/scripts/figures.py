@@ -2,7 +2,7 @@
 import logging
 from pathlib import Path
 
-from latency_divide.figures import build_figure
+from latency_divide.analysis.figures import build_figure
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 logging.captureWarnings(True)

@@ -1,8 +1,8 @@
 """Snakemake script (rule households): every household record as JSON."""
 import logging
 
-from latency_divide.buckets import Bucket
-from latency_divide.households import write_record
+from latency_divide.data.buckets import Bucket
+from latency_divide.data.households import write_record
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 buckets = [Bucket.from_dict(b) for b in snakemake.params.buckets]

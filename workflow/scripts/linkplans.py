@@ -1,8 +1,8 @@
 """Snakemake script (rule linkplans): each household's link plan as JSON."""
 import logging
 
-from latency_divide.linkplan import write_linkplan
-from latency_divide.topology import planned_delay_mechanism
+from latency_divide.links.plan import write_linkplan
+from latency_divide.testbed.netns import planned_delay_mechanism
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 mechanism = planned_delay_mechanism(snakemake.params.delay)

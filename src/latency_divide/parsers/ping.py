@@ -26,9 +26,16 @@ import numpy as np
 import pandas as pd
 
 _TS = r"^\[(?P<t>\d+(?:\.\d+)?)\]\s+"
+
+
 _REPLY = re.compile(_TS + r"\d+ bytes from [^:]+: icmp_seq=(?P<seq>\d+)\b.*?\btime=(?P<rtt>[\d.]+) ms")
+
+
 _NOANSWER = re.compile(_TS + r"no answer yet for icmp_seq=(?P<seq>\d+)\s*$")
+
+
 _ERROR = re.compile(_TS + r"From \S+ icmp_seq=(?P<seq>\d+) (?P<what>.+)$")
+
 
 COLUMNS = ("t_unix", "seq", "rtt_ms", "dup_count")
 

@@ -10,6 +10,7 @@ at every ack and also at every packet sent, which repeats the last ack's values:
 repeats are kept once, so there is one sample per ack. The qlog thus shows how much of ``d``
 is the peer's ack delay.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LatencyDivideError
+from latency_divide.errors import LatencyDivideError
 
 
 class QlogError(LatencyDivideError):

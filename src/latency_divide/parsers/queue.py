@@ -19,7 +19,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..errors import LatencyDivideError
+from latency_divide.errors import LatencyDivideError
 
 COLUMNS = ("t_unix", "backlog_bytes", "backlog_pkts", "drops_total", "drops")
 

@@ -35,13 +35,22 @@ from typing import NamedTuple
 #: tperf's throughput unit: bits per "Mb".
 BITS_PER_TPERF_MB = 2**20
 
+
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan"
+
+
 #: glog prefix; the date is mmdd or (glog >= 0.5, -log_year_in_prefix, the default) yyyymmdd.
 _GLOG = re.compile(
     r"^(?P<sev>[IWEF])(?:\d{8}|\d{4}) \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^\]]*\] ?(?P<msg>.*)$"
 )
+
+
 _RECEIVED = re.compile(rf"^Received (?P<bytes>\d+) bytes in (?P<dur>{_NUM}) seconds\.\s*$")
+
+
 _THROUGHPUT = re.compile(rf"^Overall throughput: (?P<x>{_NUM}) ?Mb/s\s*$")
+
+
 _INTERVAL = re.compile(
     r"^interval t_unix=(?P<t>\d+(?:\.\d+)?) elapsed_s=(?P<el>\d+(?:\.\d+)?) "
     r"bytes=(?P<b>\d+) total_bytes=(?P<tot>\d+)\s*$"

@@ -1,0 +1,305 @@
+"""Before any table is built: is every trial directory we are about to read intact, complete
+and the trial it claims to be?
+
+:func:`check_trials` looks at each trial directory, without parsing its measurements:
+
+- against what DVC pinned: every file that dvc.lock's manifest lists under the directory is
+  on disk with that md5 (a pulled measurement edited, truncated or deleted afterwards); this
+  holds for trials DVC put here (their meta.json is in the local cache): a trial measured
+  here at a published trial's path (a fresh clone's own sweep) is not the published one;
+- against the raw format: meta.json is a JSON object of a readable format version; the logs a
+  trial needs are there (plain or ``.gz``); every ``.gz`` decompresses to its end (gzip's CRC
+  catches flipped bytes) and every ``.json`` parses;
+- against its identity: the path's definition id, household, direction, variant and
+  repetition are what meta.json says; the directory's definition.json hashes to its name and
+  agrees with every setting meta.json recorded (latency_divide.definition); the link plan
+  meta.json recorded is the one the household and the definition's qfactor give, and
+  ``capacity_kbps`` is its rate.
+
+Every finding names the trial directory and the file. :func:`require_intact` raises
+:class:`DataIntegrityError` listing them all, with the ways to repair, so that the analysis
+stops before it writes anything. A trial that is intact but invalid by its own data (the tool
+failed, no transfer window) is not a finding here: the tables list it in exclusions.parquet.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+from latency_divide import READABLE_FORMATS
+from latency_divide.errors import LatencyDivideError
+from latency_divide.ops.dvcstore import (
+    DataCheckError,
+    load_manifest,
+    md5_file,
+    object_dirs,
+    object_path,
+    tracked_outs,
+)
+from latency_divide.trial import definition, rawio
+
+#: Logs every trial has (each may be stored as NAME.gz).
+REQUIRED_LOGS = ("receiver.log", "ping.log", "queue.jsonl")
+
+
+REPAIR = ("Restore the published files with `dvc checkout --force` (or `dvc pull --force`); "
+          "a trial you measured yourself and did not commit to DVC cannot be restored: move its "
+          "directory away and run the workflow again to re-measure it.")
+
+
+class DataIntegrityError(LatencyDivideError):
+    """Trial data that must not be analysed; the message lists every finding."""
+
+    def __init__(self, findings: list["Finding"]):
+        self.findings = findings
+        lines = [f"  {f}" for f in findings[:50]]
+        if len(findings) > 50:
+            lines.append(f"  ... and {len(findings) - 50} more")
+        n = len({f.trial for f in findings})
+        super().__init__(f"{len(findings)} problem(s) in {n} trial director"
+                         f"{'y' if n == 1 else 'ies'}; no table was written:\n"
+                         + "\n".join(lines) + "\n" + REPAIR)
+
+
+@dataclass(frozen=True)
+class Finding:
+    trial: str  # the trial directory
+    file: str  # the file at fault ("" for the directory itself)
+    what: str
+
+    def __str__(self) -> str:
+        where = f"{self.trial}/{self.file}" if self.file else self.trial
+        return f"{where}: {self.what}"
+
+
+def _pins(repo: Path | None) -> list[tuple[PurePosixPath, dict[str, str], str, dict]]:
+    """(out path, relpath -> md5, source) of every DVC-tracked directory of the repository."""
+    if repo is None or not (repo / "dvc.lock").is_file():
+        return []
+    out = []
+    for t in tracked_outs(repo):
+        if t.is_dir:
+            manifest, _ = load_manifest(repo, t)  # DataCheckError: cannot check: stop too
+            by_dir: dict[str, list[tuple[str, str]]] = {}
+            for relpath, md5 in manifest.items():
+                parent, _, name = relpath.rpartition("/")
+                by_dir.setdefault(parent, []).append((name, md5))
+            out.append((PurePosixPath(t.path), manifest, t.source, by_dir))
+    return out
+
+
+def _rel(path: Path, repo: Path | None) -> PurePosixPath | None:
+    if repo is None:
+        return None
+    try:
+        return PurePosixPath(path.resolve().relative_to(repo.resolve()).as_posix())
+    except ValueError:
+        return None
+
+
+def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding],
+                cache: Path | None = None) -> set[str]:
+    """Check the files DVC pinned under ``d``; return the names that match their pin.
+
+    Pins hold for data DVC put here: when the pinned meta.json is not in the local cache
+    (``cache``), the published trial was never pulled into this checkout, so a directory at
+    its path is a measurement made here of the same definition (a fresh clone's
+    `snakemake --cores 1 all`), checked on its own like any other trial."""
+    intact: set[str] = set()
+    if rel is None:
+        return intact
+    for out, _, source, by_dir in pins:
+        try:
+            sub = rel.relative_to(out).as_posix()
+        except ValueError:
+            continue
+        entries = by_dir.get(sub, ())
+        meta_md5 = dict(entries).get("meta.json")
+        if cache is not None and meta_md5 and not object_path(cache, meta_md5).is_file():
+            continue
+        for name, md5 in entries:
+            f = d / name
+            if not f.is_file():
+                found.append(Finding(str(d), name, f"missing: DVC pinned it ({source}, md5 {md5})"))
+            elif md5_file(f) != md5:
+                found.append(Finding(str(d), name, f"modified: its md5 is not the one DVC pinned "
+                                                   f"({source}, md5 {md5})"))
+            else:
+                intact.add(name)
+    return intact
+
+
+def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozenset()) -> None:
+    """Required logs present; every .gz and JSON file readable (files whose bytes are the ones
+    DVC pinned were readable when published: `publish` checks them)."""
+    for name in REQUIRED_LOGS:
+        if rawio.find(d, name) is None:
+            found.append(Finding(str(d), name, f"missing (nor {name}.gz): every trial has it"))
+    for f in sorted(d.iterdir()):
+        if f.name in pinned_intact:
+            continue
+        if f.name.endswith(".gz"):
+            try:
+                with gzip.open(f, "rb") as g:
+                    while g.read(1 << 20):
+                        pass
+            except (OSError, EOFError, zlib.error) as e:
+                found.append(Finding(str(d), f.name, f"not a readable gzip file ({e or 'cut short'})"))
+        elif f.suffix == ".json" and f.name != "meta.json":
+            try:
+                json.loads(f.read_text())
+            except (OSError, UnicodeDecodeError, ValueError) as e:
+                found.append(Finding(str(d), f.name, f"not valid JSON ({e})"))
+
+
+def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
+    from latency_divide.data.households import Household
+    from latency_divide.links.plan import make_linkplan
+
+    def bad(what: str, file: str = "meta.json") -> None:
+        found.append(Finding(str(d), file, what))
+
+    where = definition.parse_trial_path(d)
+    if where is None:
+        bad("not at results/raw/<definition id>/<household>/<direction>/<variant>/rep<r>", "")
+        return
+    def_id, direction = where.definition_id, where.direction
+    household, variant, rep = str(where.household), where.variant, f"rep{where.repetition}"
+    try:
+        said = {"household": str(meta["household"]["unit_id"]), "direction": meta["direction"],
+                "variant": meta["variant"]["name"], "rep": f"rep{meta['repetition']}"}
+    except (KeyError, TypeError) as e:
+        bad(f"lacks the trial's identity ({type(e).__name__}: {e})")
+        return
+    for key, path_value in zip(("household", "direction", "variant", "rep"),
+                               (household, direction, variant, rep)):
+        if said[key] != path_value:
+            bad(f"says {key} {said[key]!r}, its path says {path_value!r}")
+    try:
+        defn = definition.read(d.parents[3])
+    except ValueError as e:
+        found.append(Finding(str(d.parents[3]), definition.FILE, str(e).split(": ", 1)[-1]))
+        return
+    for m in definition.mismatches(defn, meta):
+        bad(f"was not measured under {def_id}: {m}")
+    if meta.get("format_version", 1) >= 2:
+        if meta.get("definition_id") != def_id or meta.get("definition") != defn:
+            bad(f"records definition {meta.get('definition_id')!r}, its directory is {def_id}")
+    try:
+        plan = make_linkplan(Household.from_dict(meta["household"]), qfactor=defn["qfactor"],
+                             mechanism=meta["delay_mechanism"]).to_dict()
+        rec = meta["linkplan"]
+        for part, key in (("uplink", "rate_kbit"), ("uplink", "queue_bytes"),
+                          ("downlink", "rate_kbit"), ("downlink", "queue_bytes"),
+                          ("delay", "one_way_ms")):
+            if rec[part][key] != plan[part][key]:
+                bad(f"linkplan.{part}.{key} is {rec[part][key]!r}; the household and qfactor "
+                    f"{defn['qfactor']:g} give {plan[part][key]!r}")
+        if meta["capacity_kbps"] != plan[direction]["rate_kbit"]:
+            bad(f"capacity_kbps is {meta['capacity_kbps']!r}; the {direction} rate is "
+                f"{plan[direction]['rate_kbit']!r} kbit/s")
+    except (KeyError, TypeError, ValueError) as e:
+        bad(f"lacks or garbles the household or link plan ({type(e).__name__}: {e})")
+
+
+def check_trial(d: Path | str, repo: Path | None = None, pins=(),
+                cache: Path | None = None) -> list[Finding]:
+    """Every finding about one trial directory (empty when it may be analysed)."""
+    d = Path(d)
+    found: list[Finding] = []
+    if not d.is_dir():
+        return [Finding(str(d), "", "missing: not a directory")]
+    intact = _check_pins(d, _rel(d, repo), pins, found, cache)
+    meta_file = d / "meta.json"
+    try:
+        meta = json.loads(meta_file.read_text())
+    except FileNotFoundError:
+        found.append(Finding(str(d), "meta.json", "missing"))
+        return found
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        found.append(Finding(str(d), "meta.json", f"not valid JSON ({e})"))
+        return found
+    if not isinstance(meta, dict):
+        found.append(Finding(str(d), "meta.json", "not a JSON object"))
+        return found
+    if meta.get("format_version") not in READABLE_FORMATS:
+        found.append(Finding(str(d), "meta.json", f"format_version "
+                                                  f"{meta.get('format_version')!r}; this code "
+                                                  f"reads {', '.join(map(str, READABLE_FORMATS))}"))
+        return found
+    _check_files(d, found, intact)
+    _check_identity(d, meta, found)
+    return found
+
+
+def check_trials(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> list[Finding]:
+    """Findings for every trial directory (against dvc.lock when ``repo`` has one)."""
+    repo_path = Path(repo) if repo is not None else None
+    try:
+        pins = _pins(repo_path)
+    except DataCheckError as e:
+        raise LatencyDivideError(f"cannot check the trials against dvc.lock: {e}") from None
+    cache = object_dirs(repo_path)[0] if pins else None  # the local cache comes first
+    found: list[Finding] = []
+    for d in trial_dirs:
+        found.extend(check_trial(Path(d), repo_path, pins, cache))
+    return found
+
+
+def require_intact(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> None:
+    found = check_trials(trial_dirs, repo)
+    if found:
+        raise DataIntegrityError(found)
+
+
+def trial_dirs_under(raw_root: Path | str) -> list[Path]:
+    """Every trial directory of the raw layout under ``raw_root``."""
+    return sorted(p.parent for p in Path(raw_root).glob("def-*/*/*/*/rep*/meta.json"))
+
+
+def check_raw_tree(raw_root: Path | str = "results/raw", repo: Path | str = ".",
+                   keep_published: bool = True) -> list[Finding]:
+    """Findings for a whole raw tree, before it is published: every trial as in
+    :func:`check_trials` (against dvc.lock only when ``keep_published``), anything that is not
+    a complete trial of the layout (a directory without meta.json, a file out of place), and,
+    when ``keep_published``, every pinned trial directory that is gone."""
+    root = Path(raw_root)
+    repo = Path(repo)
+    trials = trial_dirs_under(root)
+    found = check_trials(trials, repo if keep_published else None)
+    known = {t.resolve() for t in trials}
+    for p in sorted(root.rglob("*")):
+        if p.name.startswith(".ld-tmp-") or any(a.name.startswith(".ld-tmp-") for a in p.parents):
+            continue
+        rel = p.relative_to(root)
+        depth = len(rel.parts)
+        inside = any(a.resolve() in known for a in p.parents)
+        if inside or p.resolve() in known:
+            continue
+        if p.is_file() and not (depth == 2 and p.name == definition.FILE):
+            found.append(Finding(str(p.parent), p.name, "not part of a trial directory of the "
+                                 "layout <definition id>/<household>/<direction>/<variant>/rep<r>"))
+        elif p.is_dir() and depth == 5:
+            found.append(Finding(str(p), "meta.json", "missing: an incomplete trial directory"))
+        elif p.is_dir() and depth == 1 and not definition.is_id(p.name):
+            found.append(Finding(str(p), "", "not a definition directory (def-<10 hex>): raw "
+                                 "data of the format-1 layout? `latency-divide migrate` moves it"))
+    if keep_published:
+        for out, manifest, source, _ in _pins(repo):
+            try:
+                base = PurePosixPath(_rel(root, repo)).relative_to(out)
+            except (TypeError, ValueError):
+                continue
+            gone = sorted({str(PurePosixPath(r).parent) for r in manifest
+                           if not (repo / out / r).exists()
+                           and PurePosixPath(r).is_relative_to(base)})
+            for g in gone:
+                if not (repo / out / g).is_dir():
+                    found.append(Finding(str(out / g), "", f"published ({source}) but gone from "
+                                                          "the disk"))
+    return found

@@ -1,0 +1,212 @@
+"""Raw trial directories -> typed Parquet tables (results/tables/).
+
+Tables (schema version :data:`SCHEMA_VERSION`, stored in each file's metadata under
+``latency_divide.schema_version`` together with the table name):
+
+- ``trials.parquet``: one row per valid trial (:data:`TRIALS_SCHEMA`).
+- ``timeseries/{ping,queue,throughput}.parquet``: long format keyed by household_id,
+  direction, variant, repetition and ``t_s`` (seconds since the transfer started).
+- ``summary.parquet``: per price_bucket x direction x variant, the household count and the mean
+  with a 95 % confidence interval (Student t over households, repetitions averaged within a
+  household first) of ``norm_tput`` and ``self_delay_mean_ms``.
+
+The transfer window ("during the transfer", EXPERIMENT.md "Measurements"):
+when the receiver log has interval lines, the window is from the receiver's first stream byte
+(first interval's ``t_unix - elapsed_s``) to the last interval line's ``t_unix``: these are
+stamped by the receiver itself at the data, whereas meta.json's ``transfer_started_unix`` /
+``transfer_ended_unix`` bracket the tool's process (connection set-up and teardown included).
+Without interval lines (tperf) the meta.json timing is used. The source is recorded per trial
+in the ``window_source`` column.
+
+Idle period: pings with ``t_unix`` before the window start; ``base_rtt_measured_ms`` is their
+minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
+transfer".
+
+Before anything is parsed, :func:`build_tables` checks every trial directory
+(latency_divide.integrity: DVC pins, raw format, identity); a finding stops it with an error
+naming the trial and the file, and no table is written. A trial that is intact but invalid by its
+own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
+queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
+:func:`collect` leaves it out of the measurement tables, lists it with its reason in
+``exclusions.parquet`` and warns (:class:`TrialSkipped`). Zero valid trials is an error, and so
+are trials of one variant measured under different definitions (they are not one experiment).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from latency_divide import READABLE_FORMATS
+from latency_divide.errors import LatencyDivideError
+from latency_divide.parsers.ping import parse_ping
+from latency_divide.parsers.queue import QueueParseError, parse_queue
+from latency_divide.trial import rawio
+from latency_divide.trial.definition import parse_trial_path
+
+#: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (see rawio).
+REQUIRED_FILES = ("meta.json", "receiver.log", "ping.log", "queue.jsonl")
+
+
+class TrialInvalid(LatencyDivideError):
+    """A trial directory cannot be used; the message names the directory and why."""
+
+    def __init__(self, path: Path | str, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):  # picklable across worker processes
+        return (TrialInvalid, (self.path, self.reason))
+
+
+class TrialSkipped(UserWarning):
+    """Warning category for a trial left out of the tables."""
+
+
+@dataclass
+class Trial:
+    """A trial directory, read and parsed (no derived numbers yet)."""
+
+    path: Path
+    meta: dict
+    ping: pd.DataFrame
+    queue: pd.DataFrame
+    intervals: pd.DataFrame  # t_unix, elapsed_s, bytes (may be empty)
+    received_bytes: int
+    duration_s: float
+    goodput_kbps: float
+    window: tuple[float, float] = (math.nan, math.nan)
+    window_source: str = ""
+    keys: dict = field(default_factory=dict)
+
+
+def _read(path: Path, name: str) -> str:
+    """Text of ``name`` or ``name.gz`` (rawio); TrialInvalid if neither can be read."""
+    if rawio.find(path, name) is None:
+        raise TrialInvalid(path, f"missing file {name} (or {name}.gz)")
+    try:
+        return rawio.read_text(path, name)
+    except (OSError, UnicodeDecodeError, EOFError) as e:  # EOFError: a gzip log cut short
+        raise TrialInvalid(path, f"cannot read {name}: {e or 'compressed file cut short'}") from None
+
+
+def _intervals_frame(intervals) -> pd.DataFrame:
+    """The tool parser's interval records (``Interval`` named tuples) as a frame
+    (t_unix, elapsed_s, bytes)."""
+    cols = ["t_unix", "elapsed_s", "bytes"]
+    if not intervals:
+        return pd.DataFrame({"t_unix": pd.Series(dtype="float64"),
+                             "elapsed_s": pd.Series(dtype="float64"),
+                             "bytes": pd.Series(dtype="int64")})
+    arr = np.array([(i.t_unix, i.elapsed_s, i.bytes) for i in intervals], dtype="float64")
+    return pd.DataFrame({"t_unix": arr[:, 0], "elapsed_s": arr[:, 1],
+                         "bytes": arr[:, 2].astype("int64")}, columns=cols)
+
+
+def _meta_get(path: Path, meta: dict, *keys):
+    cur = meta
+    for k in keys:
+        if not isinstance(cur, dict) or k not in cur:
+            raise TrialInvalid(path, f"meta.json lacks {'.'.join(keys)}")
+        cur = cur[k]
+    return cur
+
+
+def load_trial(path: Path | str) -> Trial:
+    """Read and parse one trial directory; :class:`TrialInvalid` if it cannot be used."""
+    from latency_divide.parsers.tool import ToolParseError, parse_tool_log
+
+    path = Path(path)
+    if not path.is_dir():
+        raise TrialInvalid(path, "not a directory")
+    for name in REQUIRED_FILES:
+        if rawio.find(path, name) is None:
+            raise TrialInvalid(path, f"missing file {name}" + ("" if name == "meta.json" else
+                                                                f" (or {name}.gz)"))
+    try:
+        meta = json.loads(_read(path, "meta.json"))
+    except json.JSONDecodeError as e:
+        raise TrialInvalid(path, f"meta.json is not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(meta, dict):
+        raise TrialInvalid(path, "meta.json is not a JSON object")
+    version = meta.get("format_version")
+    if version not in READABLE_FORMATS:
+        raise TrialInvalid(path, f"meta.json format_version {version!r}; this code reads "
+                                 f"{', '.join(map(str, READABLE_FORMATS))}")
+    hh = _meta_get(path, meta, "household")
+    variant = _meta_get(path, meta, "variant")
+    delta = variant.get("delta") if isinstance(variant, dict) else None
+    keys = {
+        # the trial's definition: recorded since format 2, else its directory's name
+        "definition_id": str(meta.get("definition_id")
+                             or getattr(parse_trial_path(path.resolve()), "definition_id", "")),
+        "household_id": int(_meta_get(path, meta, "household", "unit_id")),
+        # null for a household outside every configured bucket (a one-off `latency-divide
+        # trial`): kept in trials.parquet, left out of the per-bucket summaries and figures
+        "price_bucket": None if hh.get("price_bucket") is None else str(hh["price_bucket"]),
+        "direction": str(_meta_get(path, meta, "direction")),
+        "variant": str(_meta_get(path, meta, "variant", "name")),
+        "cc": str(_meta_get(path, meta, "variant", "cc")),
+        "delta": float(delta) if delta is not None else math.nan,
+        "repetition": int(_meta_get(path, meta, "repetition")),
+    }
+
+    try:
+        tool = parse_tool_log(_read(path, "receiver.log"))
+    except ToolParseError as e:
+        raise TrialInvalid(path, f"receiver.log: {e}") from None
+    if not tool.complete:
+        raise TrialInvalid(path, "receiver.log is truncated (no complete transfer summary)")
+    try:
+        queue = parse_queue(_read(path, "queue.jsonl"))
+    except QueueParseError as e:
+        raise TrialInvalid(path, f"queue.jsonl: {e}") from None
+    trial = Trial(
+        path=path,
+        meta=meta,
+        ping=parse_ping(_read(path, "ping.log")),
+        queue=queue,
+        intervals=_intervals_frame(getattr(tool, "intervals", None)),
+        received_bytes=int(tool.received_bytes),
+        duration_s=float(tool.duration_s),
+        goodput_kbps=float(tool.goodput_kbps),
+        keys=keys,
+    )
+    trial.window, trial.window_source = transfer_window(trial)
+    return trial
+
+
+def transfer_window(trial: Trial) -> tuple[tuple[float, float], str]:
+    """(start, end) in unix seconds of "during the transfer", and where it came from."""
+    iv = trial.intervals
+    if len(iv) > 0:
+        start = float(iv["t_unix"].iloc[0] - iv["elapsed_s"].iloc[0])
+        end = float(iv["t_unix"].iloc[-1])
+        if end > start:
+            return (start, end), "receiver_intervals"
+    timing = trial.meta.get("timing") or {}
+    try:
+        start = float(timing["transfer_started_unix"])
+        end = float(timing["transfer_ended_unix"])
+    except (KeyError, TypeError, ValueError):
+        raise TrialInvalid(trial.path, "no interval lines in receiver.log and meta.json lacks "
+                                       "timing.transfer_started_unix/transfer_ended_unix") from None
+    if not end > start:
+        raise TrialInvalid(trial.path, f"transfer window is empty ({start} .. {end})")
+    return (start, end), "meta_timing"
+
+
+def _iso(value) -> pd.Timestamp:
+    if value is None:
+        return pd.NaT
+    try:
+        return pd.Timestamp(value).tz_convert("UTC") if pd.Timestamp(value).tzinfo else \
+            pd.Timestamp(value, tz="UTC")
+    except (ValueError, TypeError):
+        return pd.NaT

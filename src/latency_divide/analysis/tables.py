@@ -1,0 +1,256 @@
+"""Raw trial directories -> typed Parquet tables (results/tables/).
+
+Tables (schema version :data:`SCHEMA_VERSION`, stored in each file's metadata under
+``latency_divide.schema_version`` together with the table name):
+
+- ``trials.parquet``: one row per valid trial (:data:`TRIALS_SCHEMA`).
+- ``timeseries/{ping,queue,throughput}.parquet``: long format keyed by household_id,
+  direction, variant, repetition and ``t_s`` (seconds since the transfer started).
+- ``summary.parquet``: per price_bucket x direction x variant, the household count and the mean
+  with a 95 % confidence interval (Student t over households, repetitions averaged within a
+  household first) of ``norm_tput`` and ``self_delay_mean_ms``.
+
+The transfer window ("during the transfer", EXPERIMENT.md "Measurements"):
+when the receiver log has interval lines, the window is from the receiver's first stream byte
+(first interval's ``t_unix - elapsed_s``) to the last interval line's ``t_unix``: these are
+stamped by the receiver itself at the data, whereas meta.json's ``transfer_started_unix`` /
+``transfer_ended_unix`` bracket the tool's process (connection set-up and teardown included).
+Without interval lines (tperf) the meta.json timing is used. The source is recorded per trial
+in the ``window_source`` column.
+
+Idle period: pings with ``t_unix`` before the window start; ``base_rtt_measured_ms`` is their
+minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
+transfer".
+
+Before anything is parsed, :func:`build_tables` checks every trial directory
+(latency_divide.integrity: DVC pins, raw format, identity); a finding stops it with an error
+naming the trial and the file, and no table is written. A trial that is intact but invalid by its
+own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
+queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
+:func:`collect` leaves it out of the measurement tables, lists it with its reason in
+``exclusions.parquet`` and warns (:class:`TrialSkipped`). Zero valid trials is an error, and so
+are trials of one variant measured under different definitions (they are not one experiment).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from latency_divide.analysis.metrics import _series, trial_row
+from latency_divide.analysis.reader import TrialInvalid, TrialSkipped, load_trial
+from latency_divide.analysis.schemas import (
+    _STAT_COLS,
+    EXCLUSIONS_SCHEMA,
+    KEYS,
+    PING_TS_SCHEMA,
+    QUEUE_TS_SCHEMA,
+    SCHEMA_VERSION,
+    SCHEMAS,
+    SUMMARY_SCHEMA,
+    THROUGHPUT_TS_SCHEMA,
+    TRIALS_SCHEMA,
+)
+from latency_divide.errors import LatencyDivideError
+from latency_divide.fsio import atomic_path
+from latency_divide.trial.definition import TrialPath, parse_trial_path
+
+
+class NoValidTrials(LatencyDivideError):
+    """None of the given trial directories could be used."""
+
+
+def _keyed(parts: list[tuple[dict, pd.DataFrame]], schema: pa.Schema) -> pd.DataFrame:
+    """Concatenate per-trial frames and prepend the key columns (one np.repeat per key)."""
+    if not parts:
+        return _empty(schema)
+    lengths = np.array([len(df) for _, df in parts])
+    body = pd.concat([df for _, df in parts], ignore_index=True)
+    keys = {k: np.repeat(np.array([kv[k] for kv, _ in parts]), lengths) for k in KEYS}
+    out = pd.concat([pd.DataFrame(keys), body], axis=1)
+    return out[schema.names]
+
+
+@dataclass
+class Tables:
+    trials: pd.DataFrame
+    ping: pd.DataFrame
+    queue: pd.DataFrame
+    throughput: pd.DataFrame
+    skipped: list[TrialInvalid]
+
+    @property
+    def exclusions(self) -> pd.DataFrame:
+        """One row per trial left out, with its reason."""
+        rows = []
+        for e in self.skipped:
+            p = Path(e.path)
+            where = parse_trial_path(p) or TrialPath("", -1, "", "", -1)
+            rows.append({"household_id": where.household, **where._asdict(),
+                         "trial_path": p.as_posix(), "reason": e.reason})
+        return _frame(rows, EXCLUSIONS_SCHEMA)
+
+
+def _empty(schema: pa.Schema) -> pd.DataFrame:
+    return schema.empty_table().to_pandas()
+
+
+def _frame(rows_or_frames, schema: pa.Schema) -> pd.DataFrame:
+    if not rows_or_frames:
+        return _empty(schema)
+    if isinstance(rows_or_frames[0], dict):
+        df = pd.DataFrame.from_records(rows_or_frames)
+    else:
+        df = pd.concat(rows_or_frames, ignore_index=True)
+    return df[schema.names]
+
+
+def _process(d: Path | str):
+    """Parse one trial: ("ok", row, keys, series) or ("skip", TrialInvalid)."""
+    try:
+        trial = load_trial(d)
+        row = trial_row(trial)
+        series = _series(trial, row["base_rtt_measured_ms"])
+    except TrialInvalid as e:
+        return ("skip", e)
+    return ("ok", row, {k: trial.keys[k] for k in KEYS}, series)
+
+
+def collect(trial_dirs: Iterable[Path | str], jobs: int = 1) -> Tables:
+    """Parse every trial (in ``jobs`` worker processes when > 1); skip, with a
+    :class:`TrialSkipped` warning naming it, every trial that cannot be used."""
+    dirs = list(trial_dirs)
+    if jobs > 1 and len(dirs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            results = list(ex.map(_process, dirs, chunksize=max(1, len(dirs) // (4 * jobs))))
+    else:
+        results = map(_process, dirs)
+    rows: list[dict] = []
+    ts: dict[str, list] = {"ping": [], "queue": [], "throughput": []}
+    skipped: list[TrialInvalid] = []
+    seen = len(dirs)
+    for res in results:
+        if res[0] == "skip":
+            e = res[1]
+            skipped.append(e)
+            warnings.warn(f"skipping trial {e}", TrialSkipped, stacklevel=2)
+            continue
+        _, row, keys, series = res
+        rows.append(row)
+        for k, v in series.items():
+            ts[k].append((keys, v))
+    if not rows:
+        raise NoValidTrials(
+            f"no valid trials among {seen} trial director{'y' if seen == 1 else 'ies'}"
+            + (": " + "; ".join(str(e) for e in skipped[:5]) if skipped else "")
+        )
+    trials = _frame(rows, TRIALS_SCHEMA).sort_values(list(KEYS), kind="stable")
+    dup = trials.duplicated(list(KEYS), keep=False)
+    if dup.any():
+        paths = ", ".join(trials.loc[dup, "trial_path"])
+        raise LatencyDivideError(f"several trials share household/direction/variant/repetition: "
+                                 f"{paths}")
+    defs = trials.groupby("variant")["definition_id"].unique()
+    mixed = {v: sorted(d) for v, d in defs.items() if len(d) > 1}
+    if mixed:
+        raise LatencyDivideError(
+            "trials of one variant under different definitions would be mixed in one table: "
+            + "; ".join(f"{v}: {', '.join(d)}" for v, d in mixed.items())
+            + " (results/raw/<definition id>/definition.json says how they differ)")
+    return Tables(
+        trials=trials.reset_index(drop=True),
+        ping=_keyed(ts["ping"], PING_TS_SCHEMA),
+        queue=_keyed(ts["queue"], QUEUE_TS_SCHEMA),
+        throughput=_keyed(ts["throughput"], THROUGHPUT_TS_SCHEMA),
+        skipped=skipped,
+    )
+
+
+def t_quantile_975(dof: int) -> float:
+    """Two-sided 95 % Student-t critical value (scipy.special.stdtrit: the t quantile, without
+    importing all of scipy.stats)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(dof, 0.975))
+
+
+def summary(trials: pd.DataFrame) -> pd.DataFrame:
+    """Per price_bucket x direction x variant: households, trials and mean +- 95 % CI.
+
+    Repetitions are averaged within a household first; the CI is mean +- t(0.975, n-1) * sd/sqrt(n)
+    over the n households (NaN when n = 1).
+    """
+    group = ["price_bucket", "direction", "variant", "definition_id"]
+    per_hh = trials.groupby(group + ["household_id"], sort=True, observed=True).agg(
+        trials=("repetition", "size"), **{c: (c, "mean") for c in _STAT_COLS}
+    ).reset_index()
+    out = []
+    for key, g in per_hh.groupby(group, sort=True, observed=True):
+        n = len(g)
+        rec = dict(zip(group, key), households=n, trials=int(g["trials"].sum()))
+        for c in _STAT_COLS:
+            x = g[c].to_numpy(dtype="float64")
+            m = float(x.mean())
+            sd = float(x.std(ddof=1)) if n > 1 else math.nan
+            half = t_quantile_975(n - 1) * sd / math.sqrt(n) if n > 1 else math.nan
+            rec.update({f"{c}_mean": m, f"{c}_ci95_lo": m - half, f"{c}_ci95_hi": m + half,
+                        f"{c}_sd": sd})
+        out.append(rec)
+    return _frame(out, SUMMARY_SCHEMA)
+
+
+def write_table(df: pd.DataFrame, path: Path | str, name: str) -> None:
+    """Write ``df`` with the typed schema of table ``name``; temp file then rename."""
+    schema = SCHEMAS[name]
+    meta = {
+        b"latency_divide.table": name.encode(),
+        b"latency_divide.schema_version": str(SCHEMA_VERSION).encode(),
+        b"latency_divide.created_at": datetime.now(timezone.utc).isoformat().encode(),
+    }
+    table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_table(path: Path | str, name: str | None = None) -> pd.DataFrame:
+    """Read a table, checking its schema version (and name, if given)."""
+    path = Path(path)
+    md = pq.read_schema(path).metadata or {}
+    version = md.get(b"latency_divide.schema_version", b"").decode()
+    if version != str(SCHEMA_VERSION):
+        raise LatencyDivideError(f"{path}: table schema version {version or 'missing'!r}; this "
+                                 f"code reads {SCHEMA_VERSION}")
+    got = md.get(b"latency_divide.table", b"").decode()
+    if name is not None and got != name:
+        raise LatencyDivideError(f"{path}: holds table {got!r}, expected {name!r}")
+    return pq.read_table(path).to_pandas()
+
+
+def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: int = 1,
+                 repo: Path | str | None = ".") -> Tables:
+    """Check the trials (latency_divide.integrity, against ``repo``'s dvc.lock), parse them
+    and write all tables under ``out_dir`` (results/tables). A failed check raises
+    DataIntegrityError before anything is written."""
+    from latency_divide.analysis.integrity import require_intact
+
+    require_intact(trial_dirs, repo)
+    t = collect(trial_dirs, jobs=jobs)
+    out = Path(out_dir)
+    write_table(t.exclusions, out / "exclusions.parquet", "exclusions")
+    write_table(t.trials, out / "trials.parquet", "trials")
+    for name in ("ping", "queue", "throughput"):
+        write_table(getattr(t, name), out / "timeseries" / f"{name}.parquet", name)
+    write_table(summary(t.trials), out / "summary.parquet", "summary")
+    return t

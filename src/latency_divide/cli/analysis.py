@@ -1,0 +1,91 @@
+"""The ``latency-divide`` command line.
+
+Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
+add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
+status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from latency_divide import limits
+from latency_divide.errors import ConfigError
+
+
+def _summarize_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trial_dir", help="a trial directory (results/raw/HOUSEHOLD/DIRECTION/VARIANT/repR)")
+    p.add_argument("--json", action="store_true", help="print the row as JSON")
+
+
+def _summarize(args) -> int:
+    from latency_divide.analysis.metrics import (
+        format_row,
+        row_jsonable,
+        summarize_trial,
+    )
+
+    row = summarize_trial(args.trial_dir)
+    print(json.dumps(row_jsonable(row), indent=2) if args.json else format_row(row))
+    return 0
+
+
+def _copa_rtt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("qlog", nargs="+", help="mvfst qlog files (tperf -server_qlogger_path=DIR "
+                   "writes DIR/<connection id>.qlog; .gz accepted)")
+    p.add_argument("--skip-s", type=float, default=2.0,
+                   help="leave out the first seconds of each connection (start-up; default 2)")
+
+
+def _copa_rtt(args) -> int:
+    from latency_divide.parsers.qlog import copa_estimate, read_qlog, rtt_samples
+
+    limits.check("skip_s", args.skip_s, "--skip-s")
+    keys = ["samples", "min_rtt_ms", "estimate_ms_median", "ack_delay_ms_median",
+            "estimate_without_ack_delay_ms_median", "ack_delay_share", "acks_with_delay"]
+    print("\t".join(["qlog"] + keys))
+    for q in args.qlog:
+        r = copa_estimate(rtt_samples(read_qlog(q)), skip_ms=args.skip_s * 1000)
+        print("\t".join([q] + [f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k])
+                                for k in keys]))
+    return 0
+
+
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("summaries", nargs="+", metavar="NAME=SUMMARY",
+                   help="a run's name and its summary table (results/tables/summary.parquet, "
+                   "results/companions/<name>/tables/summary.parquet)")
+    p.add_argument("--variant", action="append", help="only these variants, in this order")
+
+
+def _compare(args) -> int:
+    from latency_divide.analysis.compare import load_summaries, markdown
+
+    named = []
+    for item in args.summaries:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"{item!r}: give NAME=PATH, e.g. tquic=results/tables/summary.parquet")
+        named.append((name, path))
+    print(markdown(load_summaries(named), args.variant))
+    return 0
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("figure", help="a figure (results/figures/NAME.pdf) or its .provenance.json")
+    p.add_argument("--root", default=".", help="directory the recorded relative paths are "
+                   "relative to (default: the current directory)")
+    p.add_argument("--files", action="store_true", help="list every trial file with its sha256")
+
+
+def _trace(args) -> int:
+    from latency_divide.analysis.provenance import format_trace, verify
+
+    res = verify(args.figure, root=args.root)
+    print(format_trace(res, files=args.files))
+    from latency_divide.ops.verify import format_dvc_trace
+
+    for line in format_dvc_trace(res.record, root=args.root, files=args.files):
+        print(line)
+    return 0 if res.ok else 2

@@ -1,0 +1,75 @@
+"""The ``latency-divide`` command line.
+
+Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
+add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
+status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from latency_divide import limits
+
+
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", default="results/raw",
+                   help="tracked data to check: results/raw (default), a household or trial "
+                   "directory under it")
+    p.add_argument("--repo", help="the DVC repository (default: the one containing PATH)")
+
+
+def _verify(args) -> int:
+    from latency_divide.ops.verify import format_report, verify
+
+    rep = verify(args.path, repo=args.repo)
+    print(format_report(rep))
+    return 0 if rep.ok else 2
+
+
+def _publish_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote", help="local DVC remote to push to (default: the default remote, "
+                   "`published` = dvc-remote/)")
+    p.add_argument("--limit-mb", type=float, default=60.0,
+                   help="largest allowed size of the remote after the push, MB (default 60)")
+    p.add_argument("--no-commit", action="store_true",
+                   help="push what dvc.lock records now (skip `dvc commit trials`)")
+    p.add_argument("--replace-published", action="store_true",
+                   help="allow published trials to be gone or changed (e.g. moved by `migrate`); "
+                        "by default publishing only adds trials")
+
+
+def _publish(args) -> int:
+    from latency_divide.analysis.integrity import DataIntegrityError, check_raw_tree
+    from latency_divide.ops.publish import publish
+
+    limits.check("limit_mb", args.limit_mb, "--limit-mb")
+    findings = check_raw_tree("results/raw", ".", keep_published=not args.replace_published)
+    if findings:
+        raise DataIntegrityError(findings)
+    publish(".", remote=args.remote, limit_bytes=int(args.limit_mb * 1_000_000),
+            commit=not args.no_commit, log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+def _migrate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--raw", default="results/raw", help="raw data root (default results/raw)")
+    p.add_argument("--config", default="config/config.yaml",
+                   help="the configuration the trials ran under (its hash must be the one they "
+                        "recorded)")
+    p.add_argument("-n", "--dry-run", action="store_true", help="print the moves, make none")
+
+
+def _migrate(args) -> int:
+    import yaml
+
+    from latency_divide.ops.migrate import migrate
+
+    with open(args.config) as f:
+        config = yaml.safe_load(f)
+    moves = migrate(args.raw, config, dry_run=args.dry_run)
+    for src, dst in moves:
+        print(f"{'would move' if args.dry_run else 'moved'} {src} -> {dst}")
+    print(f"{len(moves)} trial(s)", file=sys.stderr)
+    return 0

@@ -1,0 +1,147 @@
+"""The ``latency-divide`` command line.
+
+Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
+add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
+status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from latency_divide import limits
+from latency_divide.errors import ConfigError
+from latency_divide.vocab import DELAY_CHOICES, ROLE_OF
+
+
+def _trial_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("household", help="household ID")
+    p.add_argument("--direction", required=True, choices=["uplink", "downlink"])
+    p.add_argument("--cc", required=True, choices=["cubic", "copa", "bbr", "bbr3"],
+                   help="the sender's congestion control")
+    p.add_argument("--delta", type=float, help="Copa's latency factor δ in (0, 1] (copa only; "
+                   "default 0.5)")
+    p.add_argument("--duration", type=float, default=60.0, help="transfer length in s (default 60)")
+    p.add_argument("--idle", type=float, default=5.0, help="idle ping before the transfer, s")
+    p.add_argument("--repetition", type=int, default=1, help="repetition number (default 1)")
+    p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
+    p.add_argument("--delay", choices=DELAY_CHOICES, default="auto",
+                   help="propagation delay mechanism (default auto: netem if the kernel has it)")
+    p.add_argument("--tool", choices=["tquic-perf", "tperf"], default="tquic-perf")
+    p.add_argument("--tool-path", help="traffic tool binary (required for tperf)")
+    p.add_argument("--window", type=int, default=65536, help="receiver window, bytes")
+    p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
+                   help="an extra flag for both ends of the tool, e.g. --tool-arg=-gso=false "
+                        "(repeatable; part of the trial's definition)")
+    p.add_argument("--ping-interval", type=float, default=0.2, help="ping interval, s")
+    p.add_argument("--retries", type=int, default=0, help="retries on transient failures")
+    p.add_argument("--out", required=True, help="root of the raw layout; the trial goes to "
+                   "OUT/<definition id>/<household>/<direction>/<variant>/rep<r>/")
+    p.add_argument("--inventory", help="run on an SSH testbed described by this inventory "
+                   "(docs/remote-testbed.md) instead of local namespaces")
+    p.add_argument("--slice", help="the inventory's slice to use (default: the first)")
+
+
+def _trial(args) -> int:
+    from latency_divide.config import ToolSettings, Variant
+    from latency_divide.data.households import get_household
+    from latency_divide.testbed.runners import interrupt_on_sigterm
+    from latency_divide.trial.run import run_trial_with_retries
+    from latency_divide.trial.spec import TrialSpec
+
+    if args.cc == "copa":
+        delta = 0.5 if args.delta is None else args.delta
+        variant = Variant(name=f"copa-{delta:g}", cc="copa", delta=delta)
+    elif args.delta is not None:
+        raise ConfigError(f"--delta {args.delta} is only meaningful with --cc copa")
+    else:
+        variant = Variant(name=args.cc, cc=args.cc)
+    try:
+        spec = TrialSpec(
+            household=get_household(args.household), direction=args.direction, variant=variant,
+            repetition=args.repetition, duration_s=args.duration, idle_s=args.idle,
+            ping_interval_s=args.ping_interval, qfactor=args.qfactor, delay=args.delay,
+            tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
+                              args=tuple(args.tool_arg)))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    limits.check("retries", args.retries, "--retries")
+
+    interrupt_on_sigterm()  # run `finally` blocks (teardown) on SIGTERM too
+    from latency_divide.testbed.factory import make_testbed
+
+    testbed = make_testbed("ssh" if args.inventory else "local", args.inventory, args.slice)
+    try:
+        d = run_trial_with_retries(spec, args.out, retries=args.retries,
+                                   log=lambda m: print(m, file=sys.stderr), testbed=testbed)
+    finally:
+        if hasattr(testbed, "close"):
+            testbed.close()
+    print(d)
+    return 0
+
+
+def _clean_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="also remove namespaces whose owning process is still running")
+    p.add_argument("--results", default="results/raw",
+                   help="raw results directory whose abandoned temporary trial directories "
+                   "are removed (default results/raw)")
+
+
+def _clean(args) -> int:
+    from latency_divide.testbed.clean import clean
+
+    rep = clean(force=args.force, results=Path(args.results))
+    for ns in rep.removed:
+        print(f"removed namespace {ns}")
+    for ns in rep.in_use:
+        print(f"kept {ns}: its owner is still running (use --force to remove)")
+    for r in rep.records_removed:
+        print(f"removed stale owner record {r}")
+    for d in rep.tmp_removed:
+        print(f"removed abandoned temporary trial directory {d}")
+    if not (rep.removed or rep.in_use or rep.records_removed or rep.tmp_removed):
+        print("nothing to clean")
+    for e in rep.errors:
+        print(f"error: {e}", file=sys.stderr)
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    from latency_divide.testbed.ssh.clean import clean_remote
+
+    done, remote_errors, remote_warnings = clean_remote(force=args.force)
+    for line in done:
+        print(line)
+    for e in remote_errors:
+        print(f"error: {e}", file=sys.stderr)
+    for w in remote_warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 1 if rep.errors or remote_errors else 0
+
+
+def _provision_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", required=True, help="the SSH testbed inventory (YAML)")
+    p.add_argument("--slice", help="only this slice (default: all)")
+    p.add_argument("--role", choices=["server", "gateway", "delay", "client"],
+                   help="only this node of the slice (default: all four)")
+    p.add_argument("--out", default="results/provision", help="sentinel files go to "
+                   "OUT/<slice>/<role>.json (default results/provision)")
+
+
+def _provision(args) -> int:
+    from pathlib import Path
+
+    from latency_divide.testbed.inventory import load_inventory
+    from latency_divide.testbed.ssh.provision import provision_node, write_sentinel
+
+    inv = load_inventory(args.inventory)
+    slices = [inv.slice(args.slice)] if args.slice else list(inv.slices)
+    for sl in slices:
+        for role in [args.role] if args.role else list(ROLE_OF):
+            facts = provision_node(inv, sl.name, role, log=lambda m: print(m, file=sys.stderr))
+            out = Path(args.out) / sl.name / f"{role}.json"
+            write_sentinel(out, facts)
+            print(out)
+    return 0

@@ -1,0 +1,74 @@
+"""Progress of a sweep across Snakemake jobs: trial k of N, elapsed, ETA.
+
+Each trial job is its own process, so progress is derived from the disk: the number of
+complete trial directories (their meta.json) among the expected ones, and the run's start
+time (written by the workflow's ``onstart`` handler). The ETA divides the remaining trials by
+the rate observed in this run (or, before the first trial of the run ends, by an estimate
+from the trial's nominal length), times the number of trials that run at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from latency_divide.fsio import write_json_atomic
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--:--"
+    s = max(0, int(round(seconds)))
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def mark_run_start(path: Path) -> None:
+    write_json_atomic(path, {"started_unix": time.time()})
+
+
+def run_start(path: Path) -> float | None:
+    try:
+        return float(json.loads(Path(path).read_text())["started_unix"])
+    except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError):
+        return None
+
+
+@dataclass
+class Progress:
+    k: int            # this trial's number (done + 1)
+    n: int            # all trials of the sweep
+    done_this_run: int
+    elapsed_s: float | None
+    eta_s: float | None
+
+    def line(self, what: str) -> str:
+        return (f"[latency-divide] trial {self.k} of {self.n} ({what}); elapsed "
+                f"{fmt_duration(self.elapsed_s)}, ETA {fmt_duration(self.eta_s)}")
+
+
+def progress(expected_metas: list[str | Path], start_file: Path | None, per_trial_s: float,
+             parallel: int = 1, now: float | None = None) -> Progress:
+    now = time.time() if now is None else now
+    start = run_start(start_file) if start_file else None
+    done = 0
+    done_this_run = 0
+    for m in expected_metas:
+        p = Path(m)
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        done += 1
+        if start is not None and st.st_mtime >= start:
+            done_this_run += 1
+    n = len(expected_metas)
+    remaining = max(0, n - done)
+    elapsed = (now - start) if start is not None else None
+    if elapsed and done_this_run:
+        rate = done_this_run / elapsed           # trials per second, observed
+        eta = remaining / rate
+    else:
+        eta = remaining * per_trial_s / max(1, parallel)
+    return Progress(min(done + 1, n), n, done_this_run, elapsed, eta)

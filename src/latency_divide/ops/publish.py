@@ -1,0 +1,149 @@
+"""Integrity of DVC-tracked raw data: check the files on disk against what DVC recorded.
+
+DVC records a tracked directory (``results/raw``, an out of stage ``trials`` in dvc.yaml) in
+dvc.lock as one hash ``<md5>.dir``: the md5 of a JSON manifest that lists every file of the
+directory with its own md5 (``[{"md5": ..., "relpath": ...}, ...]``). The manifest itself is
+stored in the DVC cache and in every remote under ``files/md5/<2 hex>/<30 hex>.dir``; the
+published remote ``dvc-remote/`` is committed to git, so a fresh clone always has it.
+
+``verify`` reads dvc.lock (and ``*.dvc`` files), loads the manifest (local cache first, then
+the local remotes of .dvc/config), checks the manifest's own md5 against the lock, and then
+every file: missing, corrupted (md5 differs) or not tracked (on disk, not in the manifest).
+``trial_files`` resolves trial directories to their DVC-tracked files for
+``latency-divide trace``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from latency_divide.ops.dvcstore import (
+    DEFAULT_PATH,
+    LOCK_FILE,
+    DataCheckError,
+    TrackedOut,
+    _read_config,
+    find_repo,
+    load_manifest,
+    object_dirs,
+    object_path,
+    tracked_outs,
+)
+
+#: Largest published remote we accept (bytes): the remote is committed to git as plain files.
+PUBLISH_LIMIT_BYTES = 60_000_000
+
+
+PUBLISH_STAGE = "trials"
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def remote_dir(repo: Path | str, name: str | None = None) -> Path:
+    """The directory of a local remote of .dvc/config (the default remote if ``name`` is None)."""
+    dvcdir = Path(repo) / ".dvc"
+    conf: dict[str, dict[str, str]] = {}
+    for f in (dvcdir / "config", dvcdir / "config.local"):
+        for section, opts in _read_config(f).items():
+            conf.setdefault(section, {}).update(opts)
+    name = name or conf.get("core", {}).get("remote")
+    if not name:
+        raise DataCheckError(f"{dvcdir / 'config'}: no default remote (core.remote) set")
+    url = conf.get(f'remote "{name}"', {}).get("url")
+    if url is None:
+        raise DataCheckError(f"no remote {name!r} in {dvcdir / 'config'}")
+    if "://" in url:
+        raise DataCheckError(f"remote {name!r} is {url}, not a local directory: its size cannot "
+                             "be checked here (publish to the local remote `published`)")
+    return (dvcdir / url).resolve()
+
+
+@dataclass
+class PublishPlan:
+    out: TrackedOut
+    remote: Path
+    remote_bytes_before: int
+    new_objects: int
+    new_bytes: int
+
+    @property
+    def remote_bytes_after(self) -> int:
+        return self.remote_bytes_before + self.new_bytes
+
+
+def plan_publish(repo: Path | str, remote: Path, path: str = DEFAULT_PATH) -> PublishPlan:
+    """What pushing the tracked ``path`` adds to ``remote``: objects (files and the manifest)
+    not there yet and their bytes, taken from the local cache."""
+    repo = Path(repo)
+    out = next((o for o in tracked_outs(repo) if o.path == path and o.is_dir), None)
+    if out is None:
+        raise DataCheckError(f"{path} is not a tracked directory in {repo / LOCK_FILE}")
+    manifest, _ = load_manifest(repo, out)
+    cache = object_dirs(repo)[0]
+    new_objects, new_bytes = 0, 0
+    for md5 in {out.md5, *manifest.values()}:
+        if object_path(remote, md5).is_file():
+            continue
+        src = object_path(cache, md5)
+        if not src.is_file():
+            raise DataCheckError(f"object {md5} of {path} is in neither the cache nor {remote}: "
+                                 "`dvc commit` first")
+        new_objects += 1
+        new_bytes += src.stat().st_size
+    return PublishPlan(out, remote, dir_bytes(remote), new_objects, new_bytes)
+
+
+def publish(repo: Path | str = ".", remote: str | None = None, path: str = DEFAULT_PATH,
+            limit_bytes: int = PUBLISH_LIMIT_BYTES, commit: bool = True, runner=None,
+            log=print) -> PublishPlan:
+    """Record ``path`` in dvc.lock (``dvc commit`` of its stage), check that the remote stays
+    within ``limit_bytes``, push, and check that the remote holds every object. Nothing is
+    pushed if the limit would be exceeded."""
+    from latency_divide.testbed.runners import LocalRunner
+
+    repo = find_repo(repo)
+    runner = runner or LocalRunner()
+    dvc = [_dvc_binary(), "--cd", str(repo)]
+    rdir = remote_dir(repo, remote)
+    if commit:
+        stage = next((o.source.split()[-1] for o in tracked_outs(repo)
+                      if o.path == path and o.source.startswith("dvc.lock")), PUBLISH_STAGE)
+        log(f"dvc commit {stage}")
+        runner.run([*dvc, "commit", "--force", stage], timeout=3600)
+    plan = plan_publish(repo, rdir, path)
+    log(f"{path}: {plan.out.nfiles} files, {plan.out.size} bytes (md5 {plan.out.md5}); remote "
+        f"{rdir}: {plan.remote_bytes_before} bytes, +{plan.new_objects} objects "
+        f"(+{plan.new_bytes} bytes) -> {plan.remote_bytes_after} bytes (limit {limit_bytes})")
+    if plan.remote_bytes_after > limit_bytes:
+        raise DataCheckError(
+            f"publishing {path} would make {rdir} {plan.remote_bytes_after} bytes, over the "
+            f"limit of {limit_bytes} bytes: nothing pushed")
+    push = [*dvc, "push", "--remote", remote or _default_remote_name(repo)]
+    log(" ".join(push[1:]))
+    runner.run([*push, path], timeout=3600)
+    after = plan_publish(repo, rdir, path)
+    if after.new_objects:
+        raise DataCheckError(f"after dvc push, {after.new_objects} objects of {path} are still "
+                             f"missing in {rdir}")
+    log(f"published: {rdir} holds {after.remote_bytes_before} bytes "
+        f"(limit {limit_bytes}); commit dvc.lock and {rdir.name}/ to git")
+    return after
+
+
+def _dvc_binary() -> str:
+    """DVC of this environment (next to the running Python, e.g. .venv/bin/dvc), else PATH's."""
+    import shutil
+
+    here = Path(sys.executable).with_name("dvc")
+    found = str(here) if here.is_file() else shutil.which("dvc")
+    if found is None:
+        raise DataCheckError("dvc not found next to this Python nor on PATH: run scripts/setup.sh")
+    return found
+
+
+def _default_remote_name(repo: Path) -> str:
+    return _read_config(repo / ".dvc" / "config").get("core", {}).get("remote", "published")

@@ -1,0 +1,216 @@
+"""A trial's definition: every setting that shapes a measurement, and its short hash.
+
+Two trials may be compared, or put in one table, only if they were measured under the same
+definition. The definition of a trial is
+
+    {"version": 1,
+     "testbed": "local" | "ssh",          # testbed.kind
+     "delay": "auto" | "netem" | "delayline",   # testbed.delay, as configured
+     "qfactor": 2.0,
+     "trial": {"duration_s", "idle_s", "ping_interval_s", "queue_interval_s"},
+     "tool": {"name", "window_bytes", "args"},
+     "variant": {"cc", "delta"}}
+
+and its id is ``def-`` + the first 10 hex digits of the sha256 of its canonical JSON (sorted
+keys, no white space). The id is the first component of a trial's raw path
+(``results/raw/<definition id>/<household>/<direction>/<variant>/rep<r>/``), so a changed
+definition (another qfactor, duration, window, tool flags, delta ...) names other trial
+directories: Snakemake measures those anew and never touches, or reuses, the earlier ones.
+Settings that do not shape a measurement (repetitions, retries, the household list, figure
+options, the tool's path) are not part of it. Neither is the household's link (rate, queue,
+delay): it follows from the household ID in the path, the vendored data set and ``qfactor``, and
+the analysis checks the recorded plan against the definition's qfactor.
+
+``delay: auto`` means "netem where the kernel has it, else our delay line" and is kept as
+configured (resolving it would make the path depend on the machine that computes it, so a
+netem machine could not find trials measured on one without); each trial records the mechanism
+it used (meta.json ``delay_mechanism``) and the trials table has it as a column.
+
+Each definition directory holds ``definition.json`` (``{"id": ..., "definition": ...}``,
+written by the first trial). :func:`check_trial` compares what a trial's meta.json recorded
+with the definition of the directory it is in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple
+
+from latency_divide.fsio import write_json_atomic
+from latency_divide.vocab import DELAY_MECHANISMS
+
+DEFINITION_VERSION = 1
+
+
+ID_PREFIX = "def-"
+
+
+ID_PATTERN = r"def-[0-9a-f]{10}"
+
+
+_ID_RE = re.compile(rf"\A{ID_PATTERN}\Z")
+
+
+FILE = "definition.json"
+
+
+class TrialPath(NamedTuple):
+    """The parts of a trial directory's path: <definition id>/<household>/<direction>/<variant>/rep<r>."""
+
+    definition_id: str
+    household: int
+    direction: str
+    variant: str
+    repetition: int
+
+
+def parse_trial_path(path: Path | str) -> TrialPath | None:
+    """The raw layout's parts of a trial directory, or None when ``path`` does not end in it."""
+    parts = Path(path).parts[-5:]
+    if len(parts) < 5:
+        return None
+    def_id, household, direction, variant, rep = parts
+    if not (is_id(def_id) and household.isdigit() and rep.startswith("rep")
+            and rep[3:].isdigit()):
+        return None
+    return TrialPath(def_id, int(household), direction, variant, int(rep[3:]))
+
+
+def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: float,
+                    idle_s: float, ping_interval_s: float, queue_interval_s: float,
+                    tool_name: str, window_bytes: int, tool_args=(), cc: str,
+                    delta: float | None) -> dict[str, Any]:
+    """The definition (a JSON-able dict with canonical number types)."""
+    return {
+        "version": DEFINITION_VERSION,
+        "testbed": str(testbed),
+        "delay": str(delay),
+        "qfactor": float(qfactor),
+        "trial": {"duration_s": float(duration_s), "idle_s": float(idle_s),
+                  "ping_interval_s": float(ping_interval_s),
+                  "queue_interval_s": float(queue_interval_s)},
+        "tool": {"name": str(tool_name), "window_bytes": int(window_bytes),
+                 "args": [str(a) for a in tool_args]},
+        "variant": {"cc": str(cc), "delta": None if delta is None else float(delta)},
+    }
+
+
+def of_config(cfg, variant) -> dict[str, Any]:
+    """The definition of ``variant``'s trials under a loaded config (latency_divide.config)."""
+    t = cfg.trial
+    return make_definition(
+        testbed=cfg.testbed.kind, delay=cfg.testbed.delay, qfactor=cfg.qfactor,
+        duration_s=t.duration_s, idle_s=t.idle_s, ping_interval_s=t.ping_interval_s,
+        queue_interval_s=t.queue_interval_s, tool_name=cfg.tool.name,
+        window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
+        delta=variant.delta)
+
+
+def definition_id(definition: Mapping[str, Any]) -> str:
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"))
+    return ID_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def is_id(text: str) -> bool:
+    return bool(_ID_RE.match(text))
+
+
+def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What a trial's meta.json says it ran with, in definition form (``delay`` is the
+    mechanism used, netem or delayline). Raises KeyError/TypeError/ValueError when a value is
+    missing or malformed."""
+    tool = meta["tool"]
+    variant = meta["variant"]
+    testbed = meta.get("testbed")
+    return make_definition(
+        testbed=testbed.get("kind", "local") if isinstance(testbed, dict) else "local",
+        delay=meta["delay_mechanism"], qfactor=meta["qfactor"], duration_s=meta["duration_s"],
+        idle_s=meta["idle_s"], ping_interval_s=meta["ping"]["interval_s"],
+        queue_interval_s=meta["queue"]["interval_s"], tool_name=tool["name"],
+        window_bytes=tool["window_bytes"], tool_args=tool.get("args", []), cc=variant["cc"],
+        delta=variant.get("delta"))
+
+
+def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+def mismatches(definition: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
+    """How a trial's recorded settings differ from ``definition`` ("key: recorded X,
+    definition Y"); empty when they agree. ``delay: auto`` accepts either mechanism."""
+    try:
+        rec = _flat(recorded(meta))
+    except (KeyError, TypeError, ValueError) as e:
+        return [f"meta.json lacks or garbles a trial setting ({type(e).__name__}: {e})"]
+    out = []
+    for key, want in _flat(definition).items():
+        got = rec.get(key)
+        if key == "delay" and want == "auto" and got in DELAY_MECHANISMS:
+            continue
+        if key == "version":
+            continue
+        if not _same(got, want):
+            out.append(f"{key}: recorded {got!r}, definition {want!r}")
+    return out
+
+
+def read(def_dir: Path | str) -> dict[str, Any]:
+    """The definition of a definition directory (its definition.json), checked against the
+    directory's name. Raises ValueError naming the file when it is missing or does not fit."""
+    d = Path(def_dir)
+    f = d / FILE
+    try:
+        doc = json.loads(f.read_text())
+        definition = doc["definition"]
+    except FileNotFoundError:
+        raise ValueError(f"{f}: missing (every definition directory has one)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{f}: unreadable ({e})") from None
+    got = definition_id(definition)
+    if got != d.name or doc.get("id") != d.name:
+        raise ValueError(f"{f}: its definition hashes to {got}, not to the directory's name "
+                         f"{d.name}")
+    return definition
+
+
+def ensure_file(def_dir: Path | str, definition: Mapping[str, Any]) -> Path:
+    """Write ``def_dir/definition.json`` if it is missing (atomically; concurrent trials write
+    identical bytes); check it when present."""
+    d = Path(def_dir)
+    want = definition_id(definition)
+    if d.name != want:
+        raise ValueError(f"{d} is not the directory of definition {want}")
+    f = d / FILE
+    if f.exists():
+        read(d)
+        return f
+    d.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(f, {"id": want, "definition": dict(definition)})
+    return f
+
+
+def describe(definition: Mapping[str, Any]) -> str:
+    """One line for humans: the settings that tell definitions apart."""
+    t, tool, v = definition["trial"], definition["tool"], definition["variant"]
+    cc = v["cc"] + (f" delta={v['delta']:g}" if v.get("delta") is not None else "")
+    args = (" " + " ".join(tool["args"])) if tool.get("args") else ""
+    return (f"{cc}; {tool['name']} window={tool['window_bytes']}{args}; "
+            f"duration={t['duration_s']:g}s idle={t['idle_s']:g}s ping={t['ping_interval_s']:g}s "
+            f"queue={t['queue_interval_s']:g}s; qfactor={definition['qfactor']:g}; "
+            f"{definition['testbed']} testbed, delay {definition['delay']}")

@@ -1,0 +1,80 @@
+"""One trial: (household, direction, variant, repetition) on a fresh topology.
+
+Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
+``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
+idle baseline, runs the receiver for the configured duration, stops everything by PID and
+collects; the trial directory is built in a temporary directory beside its final place and
+renamed only when complete (see /docs in README: "Raw data").
+
+Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
+server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from datetime import datetime, timezone
+
+from latency_divide.testbed import netns
+
+
+def live_topologies() -> int:
+    d = netns.STATE_DIR
+    return len(list(d.glob("*.json"))) if d.is_dir() else 0
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def host_info() -> dict:
+    return {"kernel": platform.release(), "hostname": socket.gethostname(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "loadavg": list(os.getloadavg())}
+
+
+def process_started_unix(pid: int | str = "self") -> float | None:
+    """When a process started (Unix time, 10 ms resolution): the trial job's own start, so
+    meta.json can tell job start-up (Python, imports, checks) from the trial itself."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    age_s = uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
+    return round(time.time() - age_s, 2)
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of all CPUs from /proc/stat, to measure the host's load."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def job_cpu_s(components: dict[str, float | None]) -> dict[str, float]:
+    """The trial job's own CPU seconds (``job``: Python, imports, checks, monitoring) and its
+    other children's (``commands``: ip, tc, ss, ethtool, ...): every reaped child minus the
+    named components. Meaningful when one job runs one trial (as under Snakemake)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    named = sum(v for v in components.values() if v is not None)
+    return {"job": round(own.ru_utime + own.ru_stime, 2),
+            "commands": round(max(0.0, kids.ru_utime + kids.ru_stime - named), 2)}
+
+
+def cpu_busy_pct(before, after) -> float | None:
+    if not before or not after or after[1] <= before[1]:
+        return None
+    return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)

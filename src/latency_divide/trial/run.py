@@ -1,0 +1,254 @@
+"""One trial: (household, direction, variant, repetition) on a fresh topology.
+
+Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
+``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
+idle baseline, runs the receiver for the configured duration, stops everything by PID and
+collects; the trial directory is built in a temporary directory beside its final place and
+renamed only when complete (see /docs in README: "Raw data").
+
+Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
+server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from latency_divide import FORMAT_VERSION, PREFIX, __version__
+from latency_divide.errors import (
+    CommandError,
+    EnvironmentError_,
+    LatencyDivideError,
+    TrialError,
+)
+from latency_divide.fsio import sha256_file, write_json_atomic
+from latency_divide.paths import git_revision, repo_root
+from latency_divide.testbed.base import tool_version
+from latency_divide.testbed.netns import OFFLOAD_ARGS, LocalTestbed
+from latency_divide.testbed.runners import LocalRunner
+from latency_divide.trial import definition
+from latency_divide.trial.layout import trial_dir
+from latency_divide.trial.meta import (
+    cpu_busy_pct,
+    cpu_times,
+    host_info,
+    job_cpu_s,
+    live_topologies,
+    process_started_unix,
+    utc_now,
+)
+from latency_divide.trial.rawio import COMPRESSED_LOGS, compress_logs
+from latency_divide.trial.spec import (
+    PORT,
+    TrialSpec,
+    endpoints,
+    ping_argv,
+    receiver_argv,
+    sender_argv,
+)
+
+
+def _wait_udp_listen(runner: LocalRunner, port: int, proc, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise TrialError(f"the sender exited at start (code {proc.poll()})")
+        res = runner.run(["ss", "-H", "-u", "-l", "-n", "sport", "=", f":{port}"], check=False)
+        if res.stdout.strip():
+            return
+        time.sleep(0.02)
+    raise TrialError(f"the sender did not listen on UDP port {port} within {timeout} s")
+
+
+def _complete(text: str) -> bool:
+    from latency_divide.parsers.tool import parse_tool_log
+
+    return parse_tool_log(text).complete
+
+
+def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None) -> Path:
+    """Run one trial; return its (complete) directory under ``out_root``."""
+    testbed = testbed or LocalTestbed()
+    found = testbed.check(spec)
+    final = trial_dir(out_root, spec, testbed.kind)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    definition.ensure_file(Path(out_root) / spec.definition_id(testbed.kind),
+                           spec.definition(testbed.kind))
+    # The owner's PID is in the name, so `clean` can tell an abandoned one from a live one.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}tmp-rep{spec.repetition}-{os.getpid()}-",
+                                dir=final.parent))
+    try:
+        meta = _run_in(spec, tmp, found, attempt, testbed)
+        compress_logs(tmp)
+        meta["compressed_logs"] = [f"{n}.gz" for n in COMPRESSED_LOGS if (tmp / f"{n}.gz").exists()]
+        write_json_atomic(tmp / "meta.json", meta)
+        if final.exists():
+            if any(final.iterdir()):
+                raise TrialError(f"{final} exists and is not empty: refusing to overwrite a trial")
+            final.rmdir()
+        os.rename(tmp, final)
+        return final
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
+    from latency_divide.links.plan import make_linkplan
+
+    plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
+    binary = found["binary"]
+    ep = endpoints(spec.direction)
+    concurrency = spec.concurrency_hint or live_topologies() + 1
+    timing: dict = {"started_at": utc_now(), "started_unix": time.time(),
+                    "process_started_unix": process_started_unix()}
+    host_before = host_info()
+    cpu_before = cpu_times()
+
+    topo = testbed.open(spec, plan, d, found)
+    with topo:
+        sender_addr = topo.addr(ep["sender"])
+        def tool_json(role: str, name: str) -> str | None:
+            # tquic-perf writes its JSON summary where it runs: here, or on a remote node
+            # (the SSH testbed gives the remote path and fetches the file into d on exit).
+            if spec.tool.name != "tquic-perf":
+                return None
+            return str(d / name) if topo.local_files else topo.tool_output(role, d / name)
+
+        s_argv = sender_argv(spec, binary, tool_json(ep["sender"], "sender.json"), sender_addr)
+        r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], "receiver.json"),
+                               sender_addr)
+        p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
+        q_dev = topo.gateway_egress(spec.direction)
+        q_argv = topo.qsampler_argv(q_dev, spec.queue_interval_s)
+
+        qdisc_before = topo.qdisc_dump()
+        snd = topo.runner(ep["sender"]).start(s_argv, stdout=d / "sender.log",
+                                              stderr=d / "sender.log")
+        topo.processes.append(snd)
+        _wait_udp_listen(topo.runner(ep["sender"]), PORT, snd)
+        qs = topo.runner("gw").start(q_argv, stdout=d / "queue.jsonl",
+                                     stderr=d / "qsampler.log")
+        topo.processes.append(qs)
+        ping = topo.runner("cli").start(p_argv, stdout=d / "ping.log", stderr=d / "ping.err")
+        topo.processes.append(ping)
+        time.sleep(spec.idle_s)
+        timing["transfer_started_unix"] = time.time()
+        rcv = topo.runner(ep["receiver"]).start(r_argv, stdout=d / "receiver.log",
+                                                stderr=d / "receiver.log")
+        topo.processes.append(rcv)
+        limit = spec.duration_s + 20.0
+        try:
+            rc = rcv.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            rcv.stop()
+            raise TrialError(f"the receiver did not finish within {limit:.0f} s "
+                             f"(duration {spec.duration_s} s + 20 s)") from None
+        timing["transfer_ended_unix"] = time.time()
+        time.sleep(spec.tail_s)
+        # The monitors must have run for the whole transfer: one that died early makes the
+        # trial incomplete (retried), never a directory that looks complete.
+        died = [name for name, proc in (("ping", ping), ("queue sampler", qs))
+                if proc.poll() is not None]
+        # tquic-perf's sender runs with -once: it may have exited, but only successfully
+        if snd.poll() not in (None, 0):
+            died.append(f"the sender (exit code {snd.poll()})")
+        for proc in (ping, qs, snd):
+            proc.stop(timeout=3)
+        delayline_rc = topo.stop_delayline()
+        cpu = {"sender": snd.cpu_s, "receiver": rcv.cpu_s, "delayline": topo.delayline_cpu_s,
+               "qsampler": qs.cpu_s, "ping": ping.cpu_s}
+        if died:
+            raise TrialError(f"trial {spec.trial_id}: {', '.join(died)} exited before the end of "
+                             "the transfer (see its log)")
+        if delayline_rc not in (None, 0):
+            raise TrialError(f"trial {spec.trial_id}: the delay line exited with code "
+                             f"{delayline_rc} (see delayline.log)")
+        qdisc_after = topo.qdisc_dump()
+        described = topo.describe()
+        concurrency_end = live_topologies()
+    timing["ended_at"] = utc_now()
+    cpu.update(job_cpu_s(cpu))
+    timing["setup_s"] = round(topo.setup_s, 3)
+    timing["teardown_s"] = round(topo.teardown_s, 3)
+
+    text = (d / "receiver.log").read_text(errors="replace")
+    if rc != 0 or not _complete(text):
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        raise TrialError(f"trial {spec.trial_id}: the receiver exited with code {rc} without a "
+                         f"complete summary: {tail}")
+    for name in ("ping.log", "queue.jsonl"):
+        f = d / name
+        if not f.exists() or f.stat().st_size == 0:
+            raise TrialError(f"trial {spec.trial_id}: {name} is empty")
+    p = d / "ping.err"
+    if p.exists() and p.stat().st_size == 0:
+        p.unlink()
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "latency_divide_version": __version__,
+        "trial_id": spec.trial_id,
+        "definition_id": spec.definition_id(testbed.kind),
+        "definition": spec.definition(testbed.kind),
+        "household": spec.household.to_dict(),
+        "direction": spec.direction,
+        "variant": dataclasses.asdict(spec.variant),
+        "repetition": spec.repetition,
+        "attempt": attempt,
+        "capacity_kbps": plan.shaper(spec.direction).rate_kbit,
+        "qfactor": spec.qfactor,
+        "linkplan": plan.to_dict(),
+        "delay_mechanism": found["mechanism"],
+        "delayline_exit_code": delayline_rc,
+        "tool": {"name": spec.tool.name, "path": binary,
+                 "sha256": found.get("binary_sha256") or sha256_file(Path(binary)),
+                 "version": found.get("tool_version") or tool_version(spec, Path(binary)),
+                 "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),
+                 "sender_node": ep["sender"], "receiver_node": ep["receiver"],
+                 "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc},
+        "ping": {"argv": p_argv, "interval_s": spec.ping_interval_s, "node": "cli",
+                 "target": topo.addr("srv")},
+        "queue": {"node": "gw", "dev": q_dev, "interval_s": spec.queue_interval_s,
+                  "argv": q_argv},
+        "duration_s": spec.duration_s,
+        "idle_s": spec.idle_s,
+        "timing": timing,
+        # CPU seconds (user + system) by component: the traffic tool's two ends, the delay
+        # line, the queue sampler, ping (None where not measured: remote nodes), the
+        # set-up/teardown commands, and the trial job's own Python process so far
+        "cpu_s": cpu,
+        "host": {**host_before, "loadavg_after": list(os.getloadavg()),
+                 "cpu_busy_pct": cpu_busy_pct(cpu_before, cpu_times())},
+        # trials running on this host (live topologies, this one included) at start and end
+        "concurrency": max(concurrency, concurrency_end),
+        "concurrency_at_start_end": [concurrency, concurrency_end],
+        "qdisc_before": qdisc_before,
+        "qdisc_after": qdisc_after,
+        "offloads": "ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on every veth end"
+        if testbed.kind == "local" else found.get("offloads"),
+        "testbed": described,
+        "git_revision": git_revision(repo_root()),
+        "config_hash": spec.config_hash,
+    }
+
+
+def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
+                           log=print, testbed=None) -> Path:
+    """Retry transient failures; never leave a partial trial directory behind."""
+    last: Exception | None = None
+    for attempt in range(1, retries + 2):
+        try:
+            return run_trial(spec, out_root, attempt=attempt, testbed=testbed)
+        except EnvironmentError_:
+            raise  # not transient
+        except (TrialError, CommandError, TimeoutError, LatencyDivideError) as e:
+            last = e
+            log(f"[latency-divide] trial {spec.trial_id} attempt {attempt} failed: {e}")
+    raise TrialError(f"trial {spec.trial_id} failed after {retries + 1} attempts: {last}")

@@ -1,0 +1,124 @@
+"""One trial: (household, direction, variant, repetition) on a fresh topology.
+
+Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
+``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
+idle baseline, runs the receiver for the configured duration, stops everything by PID and
+collects; the trial directory is built in a temporary directory beside its final place and
+renamed only when complete (see /docs in README: "Raw data").
+
+Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
+server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from latency_divide import limits
+from latency_divide.config import ToolSettings, Variant
+from latency_divide.testbed.netns import CLIENT_ADDR, SERVER_ADDR
+from latency_divide.trial import definition
+from latency_divide.vocab import CCS, DIRECTIONS, TOOLS
+
+#: An extra tool flag (config tool.args, --tool-arg): the same rule as config/schema.yaml.
+TOOL_ARG = re.compile(r"\A-[A-Za-z0-9_][A-Za-z0-9_.,:=/+-]{0,198}\Z")
+
+
+PORT = 5550  # the paper's first tperf port; each trial has its own namespaces
+
+
+@dataclass
+class TrialSpec:
+    household: object  # latency_divide.households.Household
+    direction: str
+    variant: Variant
+    repetition: int = 1
+    duration_s: float = 60.0
+    idle_s: float = 5.0
+    tail_s: float = 1.0
+    ping_interval_s: float = 0.2
+    queue_interval_s: float = 0.1
+    qfactor: float = 2.0
+    tool: ToolSettings = field(
+        default_factory=lambda: ToolSettings(name="tquic-perf", path=None, window_bytes=65536))
+    delay: str = "auto"
+    config_hash: str | None = None
+    concurrency_hint: int | None = None
+
+    def __post_init__(self):
+        v = self.variant
+        limits.check_name("variant", v.name, "variant")
+        if v.cc not in CCS:
+            raise ValueError(f"cc {v.cc!r} is not one of {', '.join(CCS)}")
+        if v.delta is not None:
+            limits.check("delta", v.delta)
+        if v.delta is not None and v.cc != "copa":
+            raise ValueError(f"delta is only meaningful for copa, not {v.cc!r}")
+        for arg in self.tool.args:
+            if not isinstance(arg, str) or not TOOL_ARG.match(arg):
+                raise ValueError(f"tool argument {arg!r}: a flag like -name or -name=value "
+                                 "(letters, digits and _.,:=/+- only, at most 200 characters)")
+        if self.tool.name not in TOOLS:
+            raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction {self.direction!r} is not one of uplink, downlink")
+        for key in ("duration_s", "idle_s", "ping_interval_s", "queue_interval_s", "qfactor",
+                    "repetition"):
+            limits.check(key, getattr(self, key))
+        limits.check("window_bytes", self.tool.window_bytes, "tool window_bytes")
+
+    @property
+    def trial_id(self) -> str:
+        return (f"{self.household.unit_id}/{self.direction}/{self.variant.name}/"
+                f"rep{self.repetition}")
+
+    def definition(self, testbed_kind: str = "local") -> dict:
+        """The trial's definition (latency_divide.definition): what shapes the measurement."""
+        return definition.make_definition(
+            testbed=testbed_kind, delay=self.delay, qfactor=self.qfactor,
+            duration_s=self.duration_s, idle_s=self.idle_s, ping_interval_s=self.ping_interval_s,
+            queue_interval_s=self.queue_interval_s, tool_name=self.tool.name,
+            window_bytes=self.tool.window_bytes, tool_args=self.tool.args, cc=self.variant.cc,
+            delta=self.variant.delta)
+
+    def definition_id(self, testbed_kind: str = "local") -> str:
+        return definition.definition_id(self.definition(testbed_kind))
+
+
+def endpoints(direction: str) -> dict[str, str]:
+    """Which node sends and which receives, and the sender's address."""
+    if direction == "downlink":
+        return {"sender": "srv", "receiver": "cli", "sender_addr": SERVER_ADDR}
+    return {"sender": "cli", "receiver": "srv", "sender_addr": CLIENT_ADDR}
+
+
+def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
+                sender_addr: str | None = None) -> list[str]:
+    ep = endpoints(spec.direction)
+    argv = [binary, "-mode", "server", "-host", sender_addr or ep["sender_addr"], "-port", str(PORT),
+            "-congestion", spec.variant.cc]
+    if spec.variant.cc == "copa":
+        argv += ["-latency_factor", repr(float(spec.variant.delta if spec.variant.delta
+                                               is not None else 0.5))]
+    if spec.tool.name == "tquic-perf":
+        argv += ["-once"]
+        if json_path:
+            argv += ["-json", json_path]
+    return argv + list(spec.tool.args)
+
+
+def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
+                  sender_addr: str | None = None) -> list[str]:
+    ep = endpoints(spec.direction)
+    dur = spec.duration_s
+    argv = [binary, "-mode", "client", "-host", sender_addr or ep["sender_addr"], "-port", str(PORT),
+            "-duration", str(int(dur)) if float(dur).is_integer() else repr(dur),
+            "-window", str(spec.tool.window_bytes)]
+    if spec.tool.name == "tquic-perf" and json_path:
+        argv += ["-json", json_path]
+    return argv + list(spec.tool.args)
+
+
+def ping_argv(interval_s: float, target: str = SERVER_ADDR) -> list[str]:
+    return ["ping", "-D", "-O", "-n", "-i", f"{interval_s:g}", target]

@@ -1,0 +1,42 @@
+"""One trial: (household, direction, variant, repetition) on a fresh topology.
+
+Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
+``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
+idle baseline, runs the receiver for the configured duration, stops everything by PID and
+collects; the trial directory is built in a temporary directory beside its final place and
+renamed only when complete (see /docs in README: "Raw data").
+
+Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
+server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+"""
+
+from __future__ import annotations
+
+from latency_divide.trial import definition
+from latency_divide.trial.spec import TrialSpec
+
+
+def trial_ids(cfg) -> list[tuple[str, int, str, str, int]]:
+    """Every (definition id, household, direction, variant, repetition) of a run, in sweep
+    order."""
+    ids = {v.name: definition.definition_id(definition.of_config(cfg, v)) for v in cfg.variants}
+    return [(ids[v.name], h, d, v.name, r)
+            for h in cfg.household_ids() for d in cfg.directions for v in cfg.variants
+            for r in range(1, cfg.trial.repetitions + 1)]
+
+
+def spec_from_config(cfg, household, direction: str, variant: str, repetition: int,
+                     config_hash: str | None = None) -> TrialSpec:
+    t = cfg.trial
+    v = cfg.variant(variant)
+    return TrialSpec(household=household, direction=direction, variant=v,
+                     repetition=repetition, duration_s=t.duration_s, idle_s=t.idle_s,
+                     ping_interval_s=t.ping_interval_s, queue_interval_s=t.queue_interval_s,
+                     qfactor=cfg.qfactor, tool=cfg.tool_for(v), delay=cfg.testbed.delay,
+                     config_hash=config_hash)
+
+
+def nominal_trial_s(cfg) -> float:
+    """A trial's expected wall time before any has been measured: idle + transfer + ~3 s
+    of setup, connection, tail and teardown."""
+    return cfg.trial.idle_s + cfg.trial.duration_s + 3.0
