@@ -3,7 +3,7 @@ import sys
 
 from latency_divide.analysis.companions import load_companions, table_files
 from latency_divide.config import load_config
-from latency_divide.trial.definition import ID_PATTERN
+from latency_divide.trial.layout import ID_PATTERN
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
 from latency_divide.ops.admission import trial_host_load as admission_host_load

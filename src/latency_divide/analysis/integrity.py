@@ -42,6 +42,7 @@ from latency_divide.ops.dvcstore import (
     tracked_outs,
 )
 from latency_divide.trial import definition, rawio
+from latency_divide.trial.layout import DEFINITION, is_id, parse_trial_path
 
 #: Logs every trial has (each may be stored as NAME.gz).
 REQUIRED_LOGS = ("receiver.log", "ping.log", "queue.jsonl")
@@ -164,7 +165,7 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
     def bad(what: str, file: str = "meta.json") -> None:
         found.append(Finding(str(d), file, what))
 
-    where = definition.parse_trial_path(d)
+    where = parse_trial_path(d)
     if where is None:
         bad("not at results/raw/<definition id>/<household>/<direction>/<variant>/rep<r>", "")
         return
@@ -183,7 +184,7 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
     try:
         defn = definition.read(d.parents[3])
     except ValueError as e:
-        found.append(Finding(str(d.parents[3]), definition.FILE, str(e).split(": ", 1)[-1]))
+        found.append(Finding(str(d.parents[3]), DEFINITION, str(e).split(": ", 1)[-1]))
         return
     for m in definition.mismatches(defn, meta):
         bad(f"was not measured under {def_id}: {m}")
@@ -281,12 +282,12 @@ def check_raw_tree(raw_root: Path | str = "results/raw", repo: Path | str = ".",
         inside = any(a.resolve() in known for a in p.parents)
         if inside or p.resolve() in known:
             continue
-        if p.is_file() and not (depth == 2 and p.name == definition.FILE):
+        if p.is_file() and not (depth == 2 and p.name == DEFINITION):
             found.append(Finding(str(p.parent), p.name, "not part of a trial directory of the "
                                  "layout <definition id>/<household>/<direction>/<variant>/rep<r>"))
         elif p.is_dir() and depth == 5:
             found.append(Finding(str(p), "meta.json", "missing: an incomplete trial directory"))
-        elif p.is_dir() and depth == 1 and not definition.is_id(p.name):
+        elif p.is_dir() and depth == 1 and not is_id(p.name):
             found.append(Finding(str(p), "", "not a definition directory (def-<10 hex>): raw "
                                  "data of the format-1 layout? `latency-divide migrate` moves it"))
     if keep_published:

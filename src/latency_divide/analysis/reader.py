@@ -47,7 +47,7 @@ from latency_divide.errors import LatencyDivideError
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import QueueParseError, parse_queue
 from latency_divide.trial import rawio
-from latency_divide.trial.definition import parse_trial_path
+from latency_divide.trial.layout import parse_trial_path
 
 #: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (see rawio).
 REQUIRED_FILES = ("meta.json", "receiver.log", "ping.log", "queue.jsonl")

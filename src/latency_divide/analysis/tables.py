@@ -62,7 +62,7 @@ from latency_divide.analysis.schemas import (
 )
 from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import atomic_path
-from latency_divide.trial.definition import TrialPath, parse_trial_path
+from latency_divide.trial.layout import TrialPath, parse_trial_path
 
 
 class NoValidTrials(LatencyDivideError):

@@ -93,8 +93,10 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
 
 def _clean(args) -> int:
     from latency_divide.testbed.clean import clean
+    from latency_divide.trial.run import clean_tmp_dirs
 
-    rep = clean(force=args.force, results=Path(args.results))
+    rep = clean(force=args.force)
+    rep.tmp_removed = clean_tmp_dirs(Path(args.results), args.force)
     for ns in rep.removed:
         print(f"removed namespace {ns}")
     for ns in rep.in_use:

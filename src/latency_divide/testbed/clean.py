@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from latency_divide.testbed import netns
 from latency_divide.testbed.netns import (
@@ -27,6 +24,7 @@ class CleanReport:
     removed: list[str] = field(default_factory=list)
     in_use: list[str] = field(default_factory=list)
     records_removed: list[str] = field(default_factory=list)
+    #: abandoned temporary trial directories removed (trial.run.clean_tmp_dirs)
     tmp_removed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     #: records skipped because they cannot be trusted (named, with why); cleaning went on
@@ -53,32 +51,10 @@ def _owner_pid(tag: str) -> int | None:
     return pid
 
 
-#: A trial's temporary directory: ``.ld-tmp-rep<r>-<owner pid>-<random>`` (see trial.run_trial).
-_TMP_DIR = re.compile(r"^\.ld-tmp-rep\d+-(?P<pid>\d+)-")
-
-
-def clean_tmp_dirs(results: Path, force: bool = False) -> list[str]:
-    """Temporary trial directories under ``results`` whose owner process is gone."""
-    removed = []
-    if not results.is_dir():
-        return removed
-    for d in results.rglob(".ld-tmp-*"):
-        m = _TMP_DIR.match(d.name)
-        if not m or not d.is_dir():
-            continue
-        if pid_alive(int(m["pid"])) and not force:
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(str(d))
-    return removed
-
-
-def clean(force: bool = False, results: Path | None = None) -> CleanReport:
-    """Remove namespaces of dead owners (``force``: also of live owners), and abandoned
-    temporary trial directories under ``results``."""
+def clean(force: bool = False) -> CleanReport:
+    """Remove namespaces of dead owners (``force``: also of live owners) and stale owner
+    records. (Abandoned temporary trial directories: trial.run.clean_tmp_dirs.)"""
     rep = CleanReport()
-    if results is not None:
-        rep.tmp_removed = clean_tmp_dirs(Path(results), force)
     by_tag: dict[str, list[str]] = {}
     for ns in existing_namespaces():
         parsed = parse_ns_name(ns)

@@ -36,48 +36,22 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 from latency_divide.fsio import write_json_atomic
+from latency_divide.trial.layout import DEFINITION, ID_PREFIX
 from latency_divide.vocab import DELAY_MECHANISMS
 
 DEFINITION_VERSION = 1
 
 
-ID_PREFIX = "def-"
 
 
-ID_PATTERN = r"def-[0-9a-f]{10}"
 
 
-_ID_RE = re.compile(rf"\A{ID_PATTERN}\Z")
 
 
-FILE = "definition.json"
-
-
-class TrialPath(NamedTuple):
-    """The parts of a trial directory's path: <definition id>/<household>/<direction>/<variant>/rep<r>."""
-
-    definition_id: str
-    household: int
-    direction: str
-    variant: str
-    repetition: int
-
-
-def parse_trial_path(path: Path | str) -> TrialPath | None:
-    """The raw layout's parts of a trial directory, or None when ``path`` does not end in it."""
-    parts = Path(path).parts[-5:]
-    if len(parts) < 5:
-        return None
-    def_id, household, direction, variant, rep = parts
-    if not (is_id(def_id) and household.isdigit() and rep.startswith("rep")
-            and rep[3:].isdigit()):
-        return None
-    return TrialPath(def_id, int(household), direction, variant, int(rep[3:]))
 
 
 def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: float,
@@ -115,8 +89,6 @@ def definition_id(definition: Mapping[str, Any]) -> str:
     return ID_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def is_id(text: str) -> bool:
-    return bool(_ID_RE.match(text))
 
 
 def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,7 +146,7 @@ def read(def_dir: Path | str) -> dict[str, Any]:
     """The definition of a definition directory (its definition.json), checked against the
     directory's name. Raises ValueError naming the file when it is missing or does not fit."""
     d = Path(def_dir)
-    f = d / FILE
+    f = d / DEFINITION
     try:
         doc = json.loads(f.read_text())
         definition = doc["definition"]
@@ -196,7 +168,7 @@ def ensure_file(def_dir: Path | str, definition: Mapping[str, Any]) -> Path:
     want = definition_id(definition)
     if d.name != want:
         raise ValueError(f"{d} is not the directory of definition {want}")
-    f = d / FILE
+    f = d / DEFINITION
     if f.exists():
         read(d)
         return f

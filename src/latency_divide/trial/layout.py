@@ -1,28 +1,98 @@
-"""One trial: (household, direction, variant, repetition) on a fresh topology.
+"""The raw layout: where a trial's files are, defined once.
 
-Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
-``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
-idle baseline, runs the receiver for the configured duration, stops everything by PID and
-collects; the trial directory is built in a temporary directory beside its final place and
-renamed only when complete (see /docs in README: "Raw data").
+A trial directory is ``<raw root>/<definition id>/<household>/<direction>/<variant>/rep<r>/``
+(trial.definition: the id hashes every setting that shapes the measurement). It appears only
+complete: it is built in a temporary directory beside its final place (``.ld-tmp-rep<r>-<owner
+pid>-<random>``, removed by `latency-divide clean` once its owner is gone) and renamed.
 
-Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
-server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+Files of a trial directory (README, "Raw data"): ``meta.json`` (written last), the traffic
+tool's logs, the ping log, the queue samples, the delay line's log; the large logs are stored
+gzip-compressed (trial.rawio). Each definition directory holds ``definition.json``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import NamedTuple
 
-from latency_divide.trial.spec import TrialSpec
+from latency_divide import PREFIX
+
+#: A definition id: ``def-`` + 10 hex digits (trial.definition); a trial path's first part.
+ID_PREFIX = "def-"
+ID_PATTERN = r"def-[0-9a-f]{10}"
+_ID_RE = re.compile(rf"\A{ID_PATTERN}\Z")
+
+META = "meta.json"
+DEFINITION = "definition.json"
+SENDER_LOG = "sender.log"
+RECEIVER_LOG = "receiver.log"
+#: tquic-perf's JSON summaries, written by each end where it runs
+SENDER_JSON = "sender.json"
+RECEIVER_JSON = "receiver.json"
+PING_LOG = "ping.log"
+PING_ERR = "ping.err"
+QUEUE_LOG = "queue.jsonl"
+QSAMPLER_LOG = "qsampler.log"
+DELAYLINE_LOG = "delayline.log"
+#: The logs the analysis reads: a trial without one of them is incomplete.
+REQUIRED_LOGS = (RECEIVER_LOG, PING_LOG, QUEUE_LOG)
+#: Logs compressed when a trial is finalised (meta.json and small logs stay plain).
+COMPRESSED_LOGS = (QUEUE_LOG, RECEIVER_LOG, PING_LOG)
+
+#: A trial's temporary directory while it runs: ``.ld-tmp-rep<r>-<owner pid>-<random>``.
+TMP_PREFIX = f".{PREFIX}tmp-"
+TMP_DIR = re.compile(rf"^\.{re.escape(PREFIX)}tmp-rep\d+-(?P<pid>\d+)-")
 
 
-def trial_dir(root: Path, spec: TrialSpec, testbed_kind: str = "local") -> Path:
-    """``root/<definition id>/<household>/<direction>/<variant>/rep<r>``."""
-    return Path(root) / spec.definition_id(testbed_kind) / spec.trial_id
+class TrialPath(NamedTuple):
+    """The parts of a trial directory's path."""
+
+    definition_id: str
+    household: int
+    direction: str
+    variant: str
+    repetition: int
+
+    def relative(self) -> Path:
+        return Path(self.definition_id, str(self.household), self.direction, self.variant,
+                    f"rep{self.repetition}")
+
+
+def trial_id(household: int, direction: str, variant: str, repetition: int) -> str:
+    """``<household>/<direction>/<variant>/rep<r>``: a trial within its definition."""
+    return f"{household}/{direction}/{variant}/rep{repetition}"
+
+
+def trial_path(raw_root: str | Path, definition_id: str, household: int, direction: str,
+               variant: str, rep: int) -> Path:
+    """A trial's directory."""
+    return Path(raw_root) / definition_id / trial_id(household, direction, variant, rep)
 
 
 def trial_meta_path(raw_root: str | Path, definition_id: str, household: int, direction: str,
                     variant: str, rep: int) -> Path:
-    return (Path(raw_root) / definition_id / str(household) / direction / variant / f"rep{rep}"
-            / "meta.json")
+    """A trial's meta.json: present iff the trial is complete (the workflow's target)."""
+    return trial_path(raw_root, definition_id, household, direction, variant, rep) / META
+
+
+def tmp_dir_prefix(repetition: int, pid: int) -> str:
+    """The name prefix of a running trial's temporary directory (matches TMP_DIR)."""
+    return f"{TMP_PREFIX}rep{repetition}-{pid}-"
+
+
+def is_id(text: str) -> bool:
+    """True for a definition id."""
+    return bool(_ID_RE.match(text))
+
+
+def parse_trial_path(path: Path | str) -> TrialPath | None:
+    """The layout's parts of a trial directory, or None when ``path`` does not end in it."""
+    parts = Path(path).parts[-5:]
+    if len(parts) < 5:
+        return None
+    def_id, household, direction, variant, rep = parts
+    if not (is_id(def_id) and household.isdigit() and rep.startswith("rep")
+            and rep[3:].isdigit()):
+        return None
+    return TrialPath(def_id, int(household), direction, variant, int(rep[3:]))

@@ -12,8 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-#: Logs compressed when a trial is finalised (meta.json and small logs stay plain).
-COMPRESSED_LOGS = ("queue.jsonl", "receiver.log", "ping.log")
+from latency_divide.trial.layout import COMPRESSED_LOGS
 
 
 def find(trial_dir: Path | str, name: str) -> Path | None:

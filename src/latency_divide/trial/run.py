@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from latency_divide import FORMAT_VERSION, PREFIX, __version__
+from latency_divide import FORMAT_VERSION, __version__
 from latency_divide.errors import (
     CommandError,
     EnvironmentError_,
@@ -31,9 +31,15 @@ from latency_divide.fsio import sha256_file, write_json_atomic
 from latency_divide.paths import git_revision, repo_root
 from latency_divide.testbed.base import tool_version
 from latency_divide.testbed.netns import OFFLOAD_ARGS, LocalTestbed
-from latency_divide.testbed.runners import LocalRunner
+from latency_divide.testbed.runners import LocalRunner, pid_alive
 from latency_divide.trial import definition
-from latency_divide.trial.layout import trial_dir
+from latency_divide.trial.layout import (
+    COMPRESSED_LOGS,
+    META,
+    TMP_DIR,
+    TMP_PREFIX,
+    tmp_dir_prefix,
+)
 from latency_divide.trial.meta import (
     cpu_busy_pct,
     cpu_times,
@@ -43,7 +49,7 @@ from latency_divide.trial.meta import (
     process_started_unix,
     utc_now,
 )
-from latency_divide.trial.rawio import COMPRESSED_LOGS, compress_logs
+from latency_divide.trial.rawio import compress_logs
 from latency_divide.trial.spec import (
     PORT,
     TrialSpec,
@@ -76,18 +82,18 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     """Run one trial; return its (complete) directory under ``out_root``."""
     testbed = testbed or LocalTestbed()
     found = testbed.check(spec)
-    final = trial_dir(out_root, spec, testbed.kind)
+    final = Path(out_root) / spec.definition_id(testbed.kind) / spec.trial_id
     final.parent.mkdir(parents=True, exist_ok=True)
     definition.ensure_file(Path(out_root) / spec.definition_id(testbed.kind),
                            spec.definition(testbed.kind))
     # The owner's PID is in the name, so `clean` can tell an abandoned one from a live one.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}tmp-rep{spec.repetition}-{os.getpid()}-",
+    tmp = Path(tempfile.mkdtemp(prefix=tmp_dir_prefix(spec.repetition, os.getpid()),
                                 dir=final.parent))
     try:
         meta = _run_in(spec, tmp, found, attempt, testbed)
         compress_logs(tmp)
         meta["compressed_logs"] = [f"{n}.gz" for n in COMPRESSED_LOGS if (tmp / f"{n}.gz").exists()]
-        write_json_atomic(tmp / "meta.json", meta)
+        write_json_atomic(tmp / META, meta)
         if final.exists():
             if any(final.iterdir()):
                 raise TrialError(f"{final} exists and is not empty: refusing to overwrite a trial")
@@ -252,3 +258,20 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
             last = e
             log(f"[latency-divide] trial {spec.trial_id} attempt {attempt} failed: {e}")
     raise TrialError(f"trial {spec.trial_id} failed after {retries + 1} attempts: {last}")
+
+
+def clean_tmp_dirs(results: Path, force: bool = False) -> list[str]:
+    """Temporary trial directories (layout.TMP_DIR) under ``results`` whose owner process is
+    gone (``force``: all of them); returns those removed."""
+    removed = []
+    if not results.is_dir():
+        return removed
+    for d in results.rglob(f"{TMP_PREFIX}*"):
+        m = TMP_DIR.match(d.name)
+        if not m or not d.is_dir():
+            continue
+        if pid_alive(int(m["pid"])) and not force:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(str(d))
+    return removed

@@ -19,6 +19,7 @@ from latency_divide import limits
 from latency_divide.config import ToolSettings, Variant
 from latency_divide.testbed.netns import CLIENT_ADDR, SERVER_ADDR
 from latency_divide.trial import definition
+from latency_divide.trial.layout import trial_id as _trial_id
 from latency_divide.vocab import CCS, DIRECTIONS, TOOLS
 
 #: An extra tool flag (config tool.args, --tool-arg): the same rule as config/schema.yaml.
@@ -70,8 +71,8 @@ class TrialSpec:
 
     @property
     def trial_id(self) -> str:
-        return (f"{self.household.unit_id}/{self.direction}/{self.variant.name}/"
-                f"rep{self.repetition}")
+        return _trial_id(self.household.unit_id, self.direction, self.variant.name,
+                        self.repetition)
 
     def definition(self, testbed_kind: str = "local") -> dict:
         """The trial's definition (latency_divide.definition): what shapes the measurement."""
