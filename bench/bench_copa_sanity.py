@@ -5,7 +5,7 @@ Expectation (EXPERIMENT.md): Cubic fills the buffer (RTT near 40 + 80 ms); Copa 
 standing queue of about 1/δ packets (δ = 0.5: 2 packets, ~6.6 ms at 3 Mbit/s) at nearly
 full goodput.
 
-Topology: the project's four-namespace line (src/latency_divide/topology.py), created here
+Topology: the project's four-namespace line (src/latency_divide/testbed/local.py, netns.py), created here
 and removed in `finally`; the delay is the userspace delay line (netem where available).
 Per variant: tquic-perf server (the sender) on the server node, client on the client node
 (downlink), `ping -D -O -n -i 0.1` client -> server from 2 s before the transfer to its
@@ -33,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from latency_divide.testbed.netns import SERVER_ADDR, Topology, resolve_delay_mechanism
+from latency_divide.testbed.local import Topology, resolve_delay_mechanism
+from latency_divide.testbed.netns import SERVER_ADDR
 from latency_divide.links.plan import LinkPlan, link_plan
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue

@@ -1,7 +1,7 @@
 """How fast is tquic-perf, and what does it cost? Cubic bulk transfers across a 100 Mbit/s
 htb bottleneck.
 
-Topology: the project's four-namespace line (src/latency_divide/topology.py), created here
+Topology: the project's four-namespace line (src/latency_divide/testbed/local.py, netns.py), created here
 and removed in `finally`: server --- gateway (htb RATE + bfifo of 2 x BDP, both directions)
 --- delay (the userspace delay line, or netem where the kernel has it; RTT_MS) --- client.
 The server sends (downlink), the client reads for DURATION s.
@@ -31,7 +31,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from latency_divide.testbed.netns import SERVER_ADDR, Topology, resolve_delay_mechanism
+from latency_divide.testbed.local import Topology, resolve_delay_mechanism
+from latency_divide.testbed.netns import SERVER_ADDR
 from latency_divide.links.plan import LinkPlan, link_plan
 from latency_divide.testbed.runners import wait_for
 

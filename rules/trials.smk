@@ -1,5 +1,5 @@
 from latency_divide.ops.progress import mark_run_start
-from latency_divide.ops.workflow import RUN_START
+from latency_divide.paths import RUN_START
 
 # Stage 3: trials. One job per (definition, household, direction, variant, repetition) on the
 # testbed. A trial directory appears only when complete, so its meta.json is the job's output.

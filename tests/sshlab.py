@@ -3,7 +3,7 @@ OpenSSH server, wired as the line topology for the data plane
 
     server 10.10.1.1 --- gateway --- delay --- client 10.10.2.2
 
-(the same wiring as the local testbed, topology.setup_commands) plus a management network:
+(the same wiring as the local testbed, testbed.netns.setup_commands) plus a management network:
 one veth pair per namespace from the root namespace, a /30 each out of 10.213.X.0/24 (X
 random and unused on this host), sshd listening on port 22 of the namespace's end. Keys (host
 keys, the client key, a wrong key) are generated with ssh-keygen; known_hosts lists the lab's

@@ -106,7 +106,7 @@ def _metrics(d: Path) -> dict:
 
 @pytest.mark.netns
 def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
-    from latency_divide.testbed.netns import LocalTestbed
+    from latency_divide.testbed.local import LocalTestbed
     from latency_divide.testbed.ssh.testbed import SshTestbed
     from latency_divide.trial.run import run_trial
 
@@ -434,7 +434,7 @@ def test_example_inventory_is_valid():
 
 
 def test_slice_lock_is_exclusive(tmp_path):
-    from latency_divide.ops.workflow import acquire_slice
+    from latency_divide.testbed.factory import acquire_slice
 
     with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as first:
         with acquire_slice(["a", "b"], tmp_path, poll_s=0.01) as second:

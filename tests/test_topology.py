@@ -8,7 +8,18 @@ import pytest
 
 from latency_divide.testbed import netns
 from latency_divide.vocab import ROLES
-from latency_divide.testbed.netns import LINKS, SERVER_ADDR, Topology, link_commands, netem_available, new_tag, ns_name, parse_ns_name, resolve_delay_mechanism, setup_commands, write_owner_record
+from latency_divide.testbed.local import Topology, resolve_delay_mechanism
+from latency_divide.testbed.netns import (
+    LINKS,
+    SERVER_ADDR,
+    link_commands,
+    netem_available,
+    new_tag,
+    ns_name,
+    parse_ns_name,
+    setup_commands,
+    write_owner_record,
+)
 from latency_divide import PREFIX
 from latency_divide.testbed.clean import clean
 from latency_divide.errors import LatencyDivideError
@@ -104,11 +115,11 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     # is SIGKILLed. Another, owned by this (live) process, must be kept.
     code = (
         "import os, sys, time\n"
-        "from latency_divide import topology\n"
-        "from latency_divide.households import get_household\n"
-        "from latency_divide.linkplan import make_linkplan\n"
-        "t = topology.Topology(make_linkplan(get_household(11406), 2.0, mechanism='delayline'))\n"
-        "t._start_delayline = lambda: None\n"
+        "from latency_divide.testbed.local import Topology\n"
+        "from latency_divide.data.households import get_household\n"
+        "from latency_divide.links.plan import make_linkplan\n"
+        "t = Topology(make_linkplan(get_household(11406), 2.0, mechanism='delayline'))\n"
+        "t._start_delayline = lambda ports: None\n"
         "t.up(); print(t.tag, flush=True); time.sleep(60)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -118,7 +129,7 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     assert len(our_namespaces(dead_tag)) == 4
 
     live = Topology(make_linkplan(get_household(11406), 2.0, mechanism="delayline"))
-    live._start_delayline = lambda: None
+    live._start_delayline = lambda ports: None
     try:
         live.up()
         out = subprocess.run([str(repo_root() / ".venv/bin/latency-divide"), "clean"],

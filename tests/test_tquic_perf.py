@@ -1,6 +1,6 @@
 """tquic-perf, the project's QUIC bulk-transfer tool (tools/tquic-perf), run for real:
 bad input on the command line, and transfers across the four-namespace topology
-(src/latency_divide/topology.py) with a shaped downlink (htb + bfifo on the gateway, the
+(src/latency_divide/testbed/local.py, netns.py) with a shaped downlink (htb + bfifo on the gateway, the
 userspace delay line or netem for the RTT).
 
 The server sends (as in tperf), so the downlink's sender is the server node and the
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from latency_divide.testbed.netns import SERVER_ADDR, Topology, resolve_delay_mechanism
+from latency_divide.testbed.local import Topology, resolve_delay_mechanism
+from latency_divide.testbed.netns import SERVER_ADDR
 from latency_divide.links.plan import LinkPlan, link_plan
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.testbed.runners import LocalRunner, wait_for

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from latency_divide.testbed.netns import CLIENT_ADDR, GATEWAY_EGRESS, existing_namespaces, resolve_delay_mechanism
+from latency_divide.testbed.local import resolve_delay_mechanism
+from latency_divide.testbed.netns import CLIENT_ADDR, GATEWAY_EGRESS, existing_namespaces
 from latency_divide.config import ToolSettings, Variant, load_config
 from latency_divide.errors import TrialError
 from latency_divide.data.households import get_household

@@ -29,7 +29,7 @@ FIGURES = RESULTS / "figures"
 COMPANIONS = RESULTS / "companions"
 #: When the current workflow run started (progress lines, ETA).
 RUN_START = Path("logs/run-start.json")
-#: One lock file per slice of an SSH inventory (ops.workflow.acquire_slice).
+#: One lock file per slice of an SSH inventory (testbed.factory.acquire_slice).
 SLICE_LOCKS = RESULTS / ".locks"
 
 

@@ -2,7 +2,7 @@
 import logging
 
 from latency_divide.links.plan import write_linkplan
-from latency_divide.testbed.netns import planned_delay_mechanism
+from latency_divide.testbed.local import planned_delay_mechanism
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 mechanism = planned_delay_mechanism(snakemake.params.delay)

@@ -1,9 +1,6 @@
-"""The ``latency-divide`` command line.
-
-Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
-add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
-status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
-"""
+"""Subcommands of the testbed and trial stages: ``trial`` (one trial, local or over SSH),
+``clean`` (our leftovers: namespaces, records, temporary trial directories, SSH trials) and
+``provision`` (SSH nodes). Registered in cli.COMMANDS."""
 
 from __future__ import annotations
 
@@ -13,13 +10,14 @@ from pathlib import Path
 
 from latency_divide import limits
 from latency_divide.errors import ConfigError
-from latency_divide.vocab import DELAY_CHOICES, ROLE_OF
+from latency_divide.paths import RAW
+from latency_divide.vocab import CCS, DELAY_CHOICES, DIRECTIONS, ROLE_OF, TOOLS
 
 
 def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("household", help="household ID")
-    p.add_argument("--direction", required=True, choices=["uplink", "downlink"])
-    p.add_argument("--cc", required=True, choices=["cubic", "copa", "bbr", "bbr3"],
+    p.add_argument("--direction", required=True, choices=DIRECTIONS)
+    p.add_argument("--cc", required=True, choices=CCS,
                    help="the sender's congestion control")
     p.add_argument("--delta", type=float, help="Copa's latency factor δ in (0, 1] (copa only; "
                    "default 0.5)")
@@ -29,7 +27,7 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
     p.add_argument("--delay", choices=DELAY_CHOICES, default="auto",
                    help="propagation delay mechanism (default auto: netem if the kernel has it)")
-    p.add_argument("--tool", choices=["tquic-perf", "tperf"], default="tquic-perf")
+    p.add_argument("--tool", choices=TOOLS, default="tquic-perf")
     p.add_argument("--tool-path", help="traffic tool binary (required for tperf)")
     p.add_argument("--window", type=int, default=65536, help="receiver window, bytes")
     p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
@@ -70,15 +68,11 @@ def _trial(args) -> int:
     limits.check("retries", args.retries, "--retries")
 
     interrupt_on_sigterm()  # run `finally` blocks (teardown) on SIGTERM too
-    from latency_divide.testbed.factory import make_testbed
+    from latency_divide.testbed.factory import open_testbed
 
-    testbed = make_testbed("ssh" if args.inventory else "local", args.inventory, args.slice)
-    try:
+    with open_testbed(inventory=args.inventory, slice_name=args.slice) as testbed:
         d = run_trial_with_retries(spec, args.out, retries=args.retries,
                                    log=lambda m: print(m, file=sys.stderr), testbed=testbed)
-    finally:
-        if hasattr(testbed, "close"):
-            testbed.close()
     print(d)
     return 0
 
@@ -86,7 +80,7 @@ def _trial(args) -> int:
 def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="also remove namespaces whose owning process is still running")
-    p.add_argument("--results", default="results/raw",
+    p.add_argument("--results", default=str(RAW),
                    help="raw results directory whose abandoned temporary trial directories "
                    "are removed (default results/raw)")
 
@@ -126,7 +120,7 @@ def _clean(args) -> int:
 def _provision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inventory", required=True, help="the SSH testbed inventory (YAML)")
     p.add_argument("--slice", help="only this slice (default: all)")
-    p.add_argument("--role", choices=["server", "gateway", "delay", "client"],
+    p.add_argument("--role", choices=list(ROLE_OF),
                    help="only this node of the slice (default: all four)")
     p.add_argument("--out", default="results/provision", help="sentinel files go to "
                    "OUT/<slice>/<role>.json (default results/provision)")

@@ -37,6 +37,8 @@ class Process(Protocol):
 
     def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int: ...
 
+    def read_output(self) -> str: ...
+
 
 class Runner(Protocol):
     #: Where commands run, for messages and metadata ("local", "netns ld-ab12-gw", "ssh user@host").
@@ -87,12 +89,21 @@ class LocalProcess:
     """A background process on this host; stopped by its PID only. ``cpu_s`` is its CPU
     time (user + system, seconds) once it has ended (None before)."""
 
-    def __init__(self, popen: subprocess.Popen, argv: list[str], files: list):
+    def __init__(self, popen: subprocess.Popen, argv: list[str], files: list,
+                 out_path: Path | None = None):
         self._popen = popen
         self.pid = popen.pid
         self.argv = argv
         self._files = files
+        self._out_path = out_path
         self.cpu_s: float | None = None
+
+    def read_output(self) -> str:
+        """Its stdout file as it is now ("" without one): for 'ready' lines."""
+        try:
+            return self._out_path.read_text(errors="replace") if self._out_path else ""
+        except FileNotFoundError:
+            return ""
 
     def poll(self) -> int | None:
         if self._popen.returncode is None and _exited_unreaped(self.pid, block=False):
@@ -206,7 +217,7 @@ class LocalRunner:
             for f in files:
                 f.close()
             raise CommandError(full, 127, "", f"program not found: {full[0]}", self.where) from e
-        return LocalProcess(popen, full, files)
+        return LocalProcess(popen, full, files, Path(stdout) if stdout is not None else None)
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "condition") -> None:

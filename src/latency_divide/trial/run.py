@@ -1,13 +1,12 @@
-"""One trial: (household, direction, variant, repetition) on a fresh topology.
+"""One trial: (household, direction, variant, repetition), run once against the testbed
+interface (testbed.base) whichever testbed it is.
 
-Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
-``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
-idle baseline, runs the receiver for the configured duration, stops everything by PID and
-collects; the trial directory is built in a temporary directory beside its final place and
-renamed only when complete (see /docs in README: "Raw data").
-
-Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
-server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+Lifecycle (flent's habit): the testbed's ``check`` finds every program and fails before
+anything starts; the trial opens a slice (set up, links shaped by the household's link plan),
+starts the sender, the queue sampler and the ping, waits the idle baseline, runs the receiver
+for the configured duration, stops everything by PID and collects; the trial directory is
+built in a temporary directory beside its final place and renamed only when complete
+(trial.layout). Transient failures are retried; a trial never leaves a partial directory.
 """
 
 from __future__ import annotations
@@ -27,15 +26,24 @@ from latency_divide.errors import (
     LatencyDivideError,
     TrialError,
 )
-from latency_divide.fsio import sha256_file, write_json_atomic
+from latency_divide.fsio import write_json_atomic
+from latency_divide.links.plan import make_linkplan
+from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.paths import git_revision, repo_root
-from latency_divide.testbed.base import tool_version
-from latency_divide.testbed.netns import OFFLOAD_ARGS, LocalTestbed
-from latency_divide.testbed.runners import LocalRunner, pid_alive
+from latency_divide.testbed.factory import make_testbed
+from latency_divide.testbed.runners import Runner, pid_alive
 from latency_divide.trial import definition
 from latency_divide.trial.layout import (
     COMPRESSED_LOGS,
     META,
+    PING_ERR,
+    PING_LOG,
+    QSAMPLER_LOG,
+    QUEUE_LOG,
+    RECEIVER_JSON,
+    RECEIVER_LOG,
+    SENDER_JSON,
+    SENDER_LOG,
     TMP_DIR,
     TMP_PREFIX,
     tmp_dir_prefix,
@@ -53,14 +61,14 @@ from latency_divide.trial.rawio import compress_logs
 from latency_divide.trial.spec import (
     PORT,
     TrialSpec,
-    endpoints,
     ping_argv,
     receiver_argv,
     sender_argv,
 )
+from latency_divide.vocab import endpoints
 
 
-def _wait_udp_listen(runner: LocalRunner, port: int, proc, timeout: float = 10.0) -> None:
+def _wait_udp_listen(runner: Runner, port: int, proc, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -72,15 +80,9 @@ def _wait_udp_listen(runner: LocalRunner, port: int, proc, timeout: float = 10.0
     raise TrialError(f"the sender did not listen on UDP port {port} within {timeout} s")
 
 
-def _complete(text: str) -> bool:
-    from latency_divide.parsers.tool import parse_tool_log
-
-    return parse_tool_log(text).complete
-
-
 def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None) -> Path:
     """Run one trial; return its (complete) directory under ``out_root``."""
-    testbed = testbed or LocalTestbed()
+    testbed = testbed or make_testbed("local")
     found = testbed.check(spec)
     final = Path(out_root) / spec.definition_id(testbed.kind) / spec.trial_id
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -106,8 +108,6 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
 
 
 def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
-    from latency_divide.links.plan import make_linkplan
-
     plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
     binary = found["binary"]
     ep = endpoints(spec.direction)
@@ -120,35 +120,27 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     topo = testbed.open(spec, plan, d, found)
     with topo:
         sender_addr = topo.addr(ep["sender"])
-        def tool_json(role: str, name: str) -> str | None:
-            # tquic-perf writes its JSON summary where it runs: here, or on a remote node
-            # (the SSH testbed gives the remote path and fetches the file into d on exit).
-            if spec.tool.name != "tquic-perf":
-                return None
-            return str(d / name) if topo.local_files else topo.tool_output(role, d / name)
 
-        s_argv = sender_argv(spec, binary, tool_json(ep["sender"], "sender.json"), sender_addr)
-        r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], "receiver.json"),
+        def tool_json(role: str, name: str) -> str | None:
+            # tquic-perf writes its JSON summary where it runs (the slice collects it into d)
+            return topo.tool_output(role, d / name) if spec.tool.name == "tquic-perf" else None
+
+        s_argv = sender_argv(spec, binary, tool_json(ep["sender"], SENDER_JSON), sender_addr)
+        r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], RECEIVER_JSON),
                                sender_addr)
         p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
         q_dev = topo.gateway_egress(spec.direction)
         q_argv = topo.qsampler_argv(q_dev, spec.queue_interval_s)
 
         qdisc_before = topo.qdisc_dump()
-        snd = topo.runner(ep["sender"]).start(s_argv, stdout=d / "sender.log",
-                                              stderr=d / "sender.log")
-        topo.processes.append(snd)
+        snd = topo.start(ep["sender"], s_argv, stdout=d / SENDER_LOG, stderr=d / SENDER_LOG)
         _wait_udp_listen(topo.runner(ep["sender"]), PORT, snd)
-        qs = topo.runner("gw").start(q_argv, stdout=d / "queue.jsonl",
-                                     stderr=d / "qsampler.log")
-        topo.processes.append(qs)
-        ping = topo.runner("cli").start(p_argv, stdout=d / "ping.log", stderr=d / "ping.err")
-        topo.processes.append(ping)
+        qs = topo.start("gw", q_argv, stdout=d / QUEUE_LOG, stderr=d / QSAMPLER_LOG)
+        ping = topo.start("cli", p_argv, stdout=d / PING_LOG, stderr=d / PING_ERR)
         time.sleep(spec.idle_s)
         timing["transfer_started_unix"] = time.time()
-        rcv = topo.runner(ep["receiver"]).start(r_argv, stdout=d / "receiver.log",
-                                                stderr=d / "receiver.log")
-        topo.processes.append(rcv)
+        rcv = topo.start(ep["receiver"], r_argv, stdout=d / RECEIVER_LOG,
+                         stderr=d / RECEIVER_LOG)
         limit = spec.duration_s + 20.0
         try:
             rc = rcv.wait(timeout=limit)
@@ -184,16 +176,16 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     timing["setup_s"] = round(topo.setup_s, 3)
     timing["teardown_s"] = round(topo.teardown_s, 3)
 
-    text = (d / "receiver.log").read_text(errors="replace")
-    if rc != 0 or not _complete(text):
+    text = (d / RECEIVER_LOG).read_text(errors="replace")
+    if rc != 0 or not parse_tool_log(text).complete:
         tail = " | ".join(text.strip().splitlines()[-3:])
         raise TrialError(f"trial {spec.trial_id}: the receiver exited with code {rc} without a "
                          f"complete summary: {tail}")
-    for name in ("ping.log", "queue.jsonl"):
+    for name in (PING_LOG, QUEUE_LOG):
         f = d / name
         if not f.exists() or f.stat().st_size == 0:
             raise TrialError(f"trial {spec.trial_id}: {name} is empty")
-    p = d / "ping.err"
+    p = d / PING_ERR
     if p.exists() and p.stat().st_size == 0:
         p.unlink()
 
@@ -214,8 +206,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "delay_mechanism": found["mechanism"],
         "delayline_exit_code": delayline_rc,
         "tool": {"name": spec.tool.name, "path": binary,
-                 "sha256": found.get("binary_sha256") or sha256_file(Path(binary)),
-                 "version": found.get("tool_version") or tool_version(spec, Path(binary)),
+                 "sha256": found["binary_sha256"], "version": found["tool_version"],
                  "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),
                  "sender_node": ep["sender"], "receiver_node": ep["receiver"],
                  "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc},
@@ -237,8 +228,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "concurrency_at_start_end": [concurrency, concurrency_end],
         "qdisc_before": qdisc_before,
         "qdisc_after": qdisc_after,
-        "offloads": "ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on every veth end"
-        if testbed.kind == "local" else found.get("offloads"),
+        "offloads": found["offloads"],
         "testbed": described,
         "git_revision": git_revision(repo_root()),
         "config_hash": spec.config_hash,

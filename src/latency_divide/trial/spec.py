@@ -1,13 +1,9 @@
-"""One trial: (household, direction, variant, repetition) on a fresh topology.
+"""What a trial is: :class:`TrialSpec` (household, direction, variant, repetition and every
+setting of its definition, validated), and the command lines of its traffic tool and ping
+(argv lists built from validated values; the testbed gives the addresses).
 
-Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
-``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
-idle baseline, runs the receiver for the configured duration, stops everything by PID and
-collects; the trial directory is built in a temporary directory beside its final place and
-renamed only when complete (see /docs in README: "Raw data").
-
-Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
-server node and the receiver (the tool's client) on the client node; uplink: the reverse.
+Roles (EXPERIMENT.md, vocab): the traffic tool's *server* sends. Downlink: the sender runs on
+the server node and the receiver (the tool's client) on the client node; uplink: the reverse.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from dataclasses import dataclass, field
 
 from latency_divide import limits
 from latency_divide.config import ToolSettings, Variant
-from latency_divide.testbed.netns import CLIENT_ADDR, SERVER_ADDR
 from latency_divide.trial import definition
 from latency_divide.trial.layout import trial_id as _trial_id
 from latency_divide.vocab import CCS, DIRECTIONS, TOOLS
@@ -87,17 +82,10 @@ class TrialSpec:
         return definition.definition_id(self.definition(testbed_kind))
 
 
-def endpoints(direction: str) -> dict[str, str]:
-    """Which node sends and which receives, and the sender's address."""
-    if direction == "downlink":
-        return {"sender": "srv", "receiver": "cli", "sender_addr": SERVER_ADDR}
-    return {"sender": "cli", "receiver": "srv", "sender_addr": CLIENT_ADDR}
-
-
-def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
-                sender_addr: str | None = None) -> list[str]:
-    ep = endpoints(spec.direction)
-    argv = [binary, "-mode", "server", "-host", sender_addr or ep["sender_addr"], "-port", str(PORT),
+def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str
+                ) -> list[str]:
+    """The traffic tool's sending end (its server), listening on ``sender_addr``."""
+    argv = [binary, "-mode", "server", "-host", sender_addr, "-port", str(PORT),
             "-congestion", spec.variant.cc]
     if spec.variant.cc == "copa":
         argv += ["-latency_factor", repr(float(spec.variant.delta if spec.variant.delta
@@ -109,11 +97,11 @@ def sender_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
     return argv + list(spec.tool.args)
 
 
-def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
-                  sender_addr: str | None = None) -> list[str]:
-    ep = endpoints(spec.direction)
+def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str
+                  ) -> list[str]:
+    """The traffic tool's receiving end (its client): fetches for ``duration_s``."""
     dur = spec.duration_s
-    argv = [binary, "-mode", "client", "-host", sender_addr or ep["sender_addr"], "-port", str(PORT),
+    argv = [binary, "-mode", "client", "-host", sender_addr, "-port", str(PORT),
             "-duration", str(int(dur)) if float(dur).is_integer() else repr(dur),
             "-window", str(spec.tool.window_bytes)]
     if spec.tool.name == "tquic-perf" and json_path:
@@ -121,5 +109,6 @@ def receiver_argv(spec: TrialSpec, binary: str, json_path: str | None = None,
     return argv + list(spec.tool.args)
 
 
-def ping_argv(interval_s: float, target: str = SERVER_ADDR) -> list[str]:
+def ping_argv(interval_s: float, target: str) -> list[str]:
+    """ping with kernel timestamps (-D) and a line per missing reply (-O)."""
     return ["ping", "-D", "-O", "-n", "-i", f"{interval_s:g}", target]

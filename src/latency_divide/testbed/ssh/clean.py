@@ -1,24 +1,10 @@
-"""The remote testbed: the paper's four nodes (server, gateway, delay, client) reached over
-SSH with Fabric, e.g. a CloudLab ``copa-delay-gw`` experiment or a FABRIC slice.
+"""Undo SSH trials whose owning process died (`latency-divide clean`).
 
-- :func:`connect` opens a Fabric connection whose host key is verified against known_hosts
-  (paramiko ``RejectPolicy``) unless the inventory opts out (``insecure_host_keys: true``).
-- :class:`FabricRunner` implements the Runner interface (runners.py) on one node: argv lists
-  are quoted with ``shlex.join`` (never glued from strings), prefixed with ``sudo -n`` when
-  the login user is not root. ``start()`` launches the process detached (``setsid``) with its
-  stdout/stderr in remote files and returns its PID; ``stop()`` signals exactly that PID and
-  fetches the files to the local paths given to ``start()``.
-- :class:`SshTestbed` is the testbed interface of trial.py (``check``/``open``), for one slice
-  of an inventory: it discovers the data-plane interfaces (``ip route get``), applies the link
-  plan (htb+bfifo on the gateway, netem or the delay line on the delay node) and restores the
-  nodes afterwards. PIDs and changed devices are kept in a local state file
-  (``/run/latency-divide/ssh/<tag>.json``) so ``latency-divide clean`` can undo an
-  interrupted trial (:func:`clean_remote`).
-- :func:`provision_node` installs packages and uploads our tools (rules/provision.smk).
+The trial's state record (testbed.ssh.state) says what it changed; its processes are stopped
+only if each pid still runs the recorded program, started at the recorded time, and the nodes
+are restored by the same :func:`~latency_divide.testbed.ssh.state.restore_nodes` a trial's own
+teardown uses, while holding the slice's lock.
 
-Errors name the host and the step. :class:`SshSetupError` (wrong key, unknown host key, no
-sudo, missing interface, node not provisioned) is not retried; :class:`SshError` (refused,
-timed out, connection dropped) is, by the trial runner's retry loop.
 """
 
 from __future__ import annotations
@@ -35,9 +21,10 @@ from latency_divide.testbed.ssh import state as ssh_state
 from latency_divide.testbed.ssh.connection import SliceBusyError
 from latency_divide.testbed.ssh.lock import NodeLock
 from latency_divide.testbed.ssh.state import (
-    BRIDGE,
+    Attempts,
     _process_identity,
     _read_state,
+    restore_nodes,
 )
 from latency_divide.testbed.ssh.testbed import SshTestbed
 from latency_divide.vocab import ROLE_OF
@@ -102,25 +89,9 @@ def clean_remote(force: bool = False, log=print) -> tuple[list[str], list[str], 
                         continue
                     r.run(["kill", "-KILL", str(p["pid"])], check=False)
                     done.append(f"{r.where}: killed pid {p['pid']} ({p['argv0']})")
-                for role, devs in st.get("qdisc_devs", {}).items():
-                    for dev in devs:
-                        res = tb.runner(role).run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
-                        if res.returncode == 0:
-                            done.append(f"{tb.slice.node(role).host}: deleted root qdisc of {dev}")
-                if st.get("bridge"):
-                    tb.runner("dly").run(["ip", "link", "del", BRIDGE], check=False)
-                for role, devs in st.get("offloads", {}).items():
-                    for dev, feats in devs.items():
-                        if feats:
-                            tb.runner(role).run(["ethtool", "-K", dev,
-                                                 *[w for k, v in feats.items() for w in (k, v)]],
-                                                check=False)
-                for role in ("srv", "gw", "dly", "cli"):
-                    res = tb.runner(role).run(["rm", "-rf", "--", f"{ours}/{role}"],
-                                              check=False)
-                    if res.returncode != 0:
-                        errs.append(f"{role}: {res.stderr.strip()}")
-                tb.runner("srv").run(["rmdir", "--", ours], check=False)
+                attempt = Attempts()
+                restore_nodes(tb.runner, st, attempt)
+                errs += attempt.errors
             finally:
                 for lock in reversed(locks):
                     lock.release()

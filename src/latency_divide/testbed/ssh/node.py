@@ -183,19 +183,6 @@ def discover_interfaces(runners: dict, sl: Slice) -> dict:
     return out
 
 
-def netem_available(r: FabricRunner) -> bool:
-    """Ask the node's kernel: a netem qdisc on a throwaway veth pair of ours."""
-    a, b = "ldnp0", "ldnp1"
-    r.run(["ip", "link", "del", a], check=False)
-    res = r.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=False)
-    if res.returncode != 0:
-        # No veth module: fall back to the module database.
-        return r.run(["modinfo", "sch_netem"], check=False).returncode == 0
-    try:
-        return r.run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"],
-                     check=False).returncode == 0
-    finally:
-        r.run(["ip", "link", "del", a], check=False)
 
 
 def read_offloads(r: FabricRunner, dev: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from latency_divide.errors import CommandError, ConfigError, EnvironmentError_
 from latency_divide.fsio import sha256_file, write_json_atomic
+from latency_divide.testbed.delay import probe_netem
 from latency_divide.testbed.inventory import (
     Inventory,
     load_inventory,
@@ -40,7 +41,6 @@ from latency_divide.testbed.ssh.node import (
     check_sudo,
     ensure_private_workdir,
     missing_programs,
-    netem_available,
     remote_tool_path,
 )
 from latency_divide.testbed.ssh.runner import FabricRunner
@@ -104,7 +104,7 @@ def provision_node(inv: Inventory, slice_name: str | None, role: str, *, root: P
             r.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
             facts["ip_forward"] = 1
         if role == "dly":
-            facts["netem"] = netem_available(r)
+            facts["netem"] = probe_netem(r)
             if not facts["netem"]:
                 uploads.append(("delayline", root / "target" / "release" / "delayline", ""))
         facts["files"] = {}

@@ -1,24 +1,11 @@
-"""The remote testbed: the paper's four nodes (server, gateway, delay, client) reached over
-SSH with Fabric, e.g. a CloudLab ``copa-delay-gw`` experiment or a FABRIC slice.
+"""An SSH trial's state record, and the one way its changes to the nodes are undone.
 
-- :func:`connect` opens a Fabric connection whose host key is verified against known_hosts
-  (paramiko ``RejectPolicy``) unless the inventory opts out (``insecure_host_keys: true``).
-- :class:`FabricRunner` implements the Runner interface (runners.py) on one node: argv lists
-  are quoted with ``shlex.join`` (never glued from strings), prefixed with ``sudo -n`` when
-  the login user is not root. ``start()`` launches the process detached (``setsid``) with its
-  stdout/stderr in remote files and returns its PID; ``stop()`` signals exactly that PID and
-  fetches the files to the local paths given to ``start()``.
-- :class:`SshTestbed` is the testbed interface of trial.py (``check``/``open``), for one slice
-  of an inventory: it discovers the data-plane interfaces (``ip route get``), applies the link
-  plan (htb+bfifo on the gateway, netem or the delay line on the delay node) and restores the
-  nodes afterwards. PIDs and changed devices are kept in a local state file
-  (``/run/latency-divide/ssh/<tag>.json``) so ``latency-divide clean`` can undo an
-  interrupted trial (:func:`clean_remote`).
-- :func:`provision_node` installs packages and uploads our tools (rules/provision.smk).
-
-Errors name the host and the step. :class:`SshSetupError` (wrong key, unknown host key, no
-sudo, missing interface, node not provisioned) is not retried; :class:`SshError` (refused,
-timed out, connection dropped) is, by the trial runner's retry loop.
+Before a trial changes a node it writes what it is about to change into a local record
+(``/run/latency-divide/ssh/<tag>.json``: the processes it started with their identity, the
+devices whose root qdisc it replaced, their offloads before, the bridge it made, its run
+directory). :func:`restore_nodes` undoes those changes; the trial's own teardown
+(testbed.ssh.testbed) and `latency-divide clean` for a trial whose owner died
+(testbed.ssh.clean) both use it.
 """
 
 from __future__ import annotations
@@ -28,18 +15,55 @@ from pathlib import Path
 
 from latency_divide.errors import CommandError
 from latency_divide.fsio import write_json_atomic
+from latency_divide.testbed.base import BRIDGE
 from latency_divide.testbed.netns import STATE_DIR, TAG
 from latency_divide.testbed.ssh.runner import FabricRunner
-from latency_divide.vocab import ROLE_OF
+from latency_divide.vocab import ROLE_NAMES, ROLE_OF, ROLES
 
+#: State records of SSH trials (one JSON file per trial tag).
 SSH_STATE_DIR = STATE_DIR / "ssh"
-
-
-BRIDGE = "ld-br0"
 
 
 def _write_state(path: Path, state: dict) -> None:
     write_json_atomic(path, state, indent=1, sort_keys=False)
+
+
+class Attempts:
+    """Run restoring steps one after the other; a failing step is recorded (``errors``) and
+    the rest still run."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def __call__(self, what: str, fn) -> None:
+        try:
+            fn()
+        except Exception as e:  # keep restoring; report at the end
+            self.errors.append(f"{what}: {e}")
+
+
+def restore_nodes(runner, record: dict, attempt: Attempts) -> None:
+    """Undo a trial's changes as its ``record`` lists them, through ``runner(role)``: delete our
+    root qdiscs (and the bridge), put the offloads back, remove the run directory."""
+    for role in ("gw", "dly"):
+        for dev in record.get("qdisc_devs", {}).get(role, []):
+            attempt(f"{ROLE_NAMES[role]}: delete root qdisc of {dev}",
+                    lambda role=role, dev=dev: _delete_root_qdisc(runner(role), dev))
+    if record.get("bridge"):
+        attempt("delay: delete bridge", lambda: _delete_bridge(runner("dly")))
+    for role, devs in record.get("offloads", {}).items():
+        for dev, feats in devs.items():
+            if feats:
+                args = [w for k, v in feats.items() for w in (k, v)]
+                attempt(f"{ROLE_NAMES[role]}: restore offloads of {dev}",
+                        lambda role=role, dev=dev, args=args:
+                        runner(role).run(["ethtool", "-K", dev, *args], check=False))
+    rundir = record["rundir"]
+    for role in ROLES:
+        attempt(f"{ROLE_NAMES[role]}: remove run directory",
+                lambda role=role: runner(role).run(["rm", "-rf", "--", f"{rundir}/{role}"]))
+    attempt("remove run directory",
+            lambda: runner("srv").run(["rmdir", "--", rundir], check=False))
 
 
 #: root qdisc kinds a trial of ours installs (htb + bfifo on the gateway; netem or tbf on the

@@ -1,24 +1,12 @@
-"""The remote testbed: the paper's four nodes (server, gateway, delay, client) reached over
-SSH with Fabric, e.g. a CloudLab ``copa-delay-gw`` experiment or a FABRIC slice.
+"""The SSH testbed: trials on one slice of an inventory (testbed.base.Testbed).
 
-- :func:`connect` opens a Fabric connection whose host key is verified against known_hosts
-  (paramiko ``RejectPolicy``) unless the inventory opts out (``insecure_host_keys: true``).
-- :class:`FabricRunner` implements the Runner interface (runners.py) on one node: argv lists
-  are quoted with ``shlex.join`` (never glued from strings), prefixed with ``sudo -n`` when
-  the login user is not root. ``start()`` launches the process detached (``setsid``) with its
-  stdout/stderr in remote files and returns its PID; ``stop()`` signals exactly that PID and
-  fetches the files to the local paths given to ``start()``.
-- :class:`SshTestbed` is the testbed interface of trial.py (``check``/``open``), for one slice
-  of an inventory: it discovers the data-plane interfaces (``ip route get``), applies the link
-  plan (htb+bfifo on the gateway, netem or the delay line on the delay node) and restores the
-  nodes afterwards. PIDs and changed devices are kept in a local state file
-  (``/run/latency-divide/ssh/<tag>.json``) so ``latency-divide clean`` can undo an
-  interrupted trial (:func:`clean_remote`).
-- :func:`provision_node` installs packages and uploads our tools (rules/provision.smk).
-
-Errors name the host and the step. :class:`SshSetupError` (wrong key, unknown host key, no
-sudo, missing interface, node not provisioned) is not retried; :class:`SshError` (refused,
-timed out, connection dropped) is, by the trial runner's retry loop.
+:class:`SshTestbed` checks the four nodes (sudo, programs, our uploaded tools, forwarding, the
+delay mechanism, the data-plane interfaces found with ``ip route get`` as the paper did) and
+opens an :class:`SshTopology` per trial: it takes the slice lock, switches offloads off, shapes
+the links through testbed.base.SliceBase (the same code as the local testbed) and, on exit,
+stops its processes, fetches the tools' files and restores the nodes
+(testbed.ssh.state.restore_nodes). Everything it is about to change is written to the trial's
+state record first, so `latency-divide clean` can undo an interrupted trial.
 """
 
 from __future__ import annotations
@@ -32,13 +20,20 @@ from pathlib import Path
 
 from fabric import Connection
 
-from latency_divide.errors import CommandError, EnvironmentError_, LatencyDivideError
+from latency_divide.errors import CommandError, LatencyDivideError
 from latency_divide.fsio import sha256_file
-from latency_divide.testbed.inventory import (
-    Inventory,
-    load_inventory,
+from latency_divide.testbed import qsampler
+from latency_divide.testbed.base import (
+    BRIDGE,
+    OFFLOAD_ARGS,
+    SliceBase,
+    local_delayline,
+    local_tool,
+    tool_version,
 )
-from latency_divide.testbed.netns import OFFLOAD_ARGS, NodeOps, new_tag
+from latency_divide.testbed.delay import choose_mechanism, probe_netem
+from latency_divide.testbed.inventory import Inventory, load_inventory
+from latency_divide.testbed.netns import new_tag
 from latency_divide.testbed.ssh import state as ssh_state
 from latency_divide.testbed.ssh.connection import SshSetupError, _node_name, connect
 from latency_divide.testbed.ssh.lock import NodeLock
@@ -48,25 +43,24 @@ from latency_divide.testbed.ssh.node import (
     discover_interfaces,
     ensure_private_workdir,
     missing_programs,
-    netem_available,
     read_offloads,
     remote_tool_path,
 )
 from latency_divide.testbed.ssh.runner import FabricProcess, FabricRunner
 from latency_divide.testbed.ssh.state import (
-    BRIDGE,
-    _delete_bridge,
-    _delete_root_qdisc,
+    Attempts,
     _process_identity,
     _write_state,
+    restore_nodes,
 )
-from latency_divide.vocab import ROLE_NAMES, ROLE_OF
+from latency_divide.vocab import ROLE_OF, ROLES
 
-QSAMPLER_SRC = Path(__file__).resolve().parent / "qsampler.py"
+#: The queue sampler's source, uploaded to gateways (standard library only).
+QSAMPLER_SRC = Path(qsampler.__file__).resolve()
 
 
 class SshTestbed:
-    """Trials on one slice of an inventory (see trial.LocalTestbed for the interface)."""
+    """Trials on one slice of an inventory (testbed.base.Testbed)."""
 
     kind = "ssh"
 
@@ -104,79 +98,65 @@ class SshTestbed:
     # check ---------------------------------------------------------------------------------
     def check(self, spec) -> dict:
         """Everything a trial needs on the four nodes, or an error naming host and step."""
-        from latency_divide.paths import repo_root
-
         sl = self.slice
-        runners = {role: self.runner(role) for role in ROLE_NAMES}
+        runners = {role: self.runner(role) for role in ROLES}
+
+        def fail(role: str, step: str, what: str):
+            return SshSetupError(f"{_node_name(runners[role].node)}, step '{step}': {what}")
+
         for role, r in runners.items():
             check_sudo(r)
             missing = missing_programs(r, NODE_PROGRAMS)
             if missing:
                 pkgs = sorted({NODE_PROGRAMS[p] for p in missing})
-                raise SshSetupError(f"{_node_name(r.node)}, step 'check programs': missing "
-                                    f"{', '.join(missing)} (packages {', '.join(pkgs)}): "
-                                    "provision the node (snakemake --cores 1 provision)")
+                raise fail(role, "check programs", f"missing {', '.join(missing)} (packages "
+                           f"{', '.join(pkgs)}): provision the node (snakemake --cores 1 "
+                           "provision)")
         found: dict = {"slice": sl.name}
-        # the traffic tool
+        # the traffic tool: tperf where the nodes have it, ours as provisioning uploaded it
         if spec.tool.name == "tperf":
             if not spec.tool.path or not spec.tool.path.startswith("/"):
                 raise SshSetupError("tool 'tperf' on an SSH testbed: tool.path must be the "
                                     "absolute path of tperf on the server and client nodes "
                                     "(see docs/remote-testbed.md)")
-            binary = spec.tool.path
-            shas = {role: runners[role].sha256(binary) for role in ("srv", "cli")}
-            for role, sha in shas.items():
-                if sha is None:
-                    raise SshSetupError(f"{_node_name(runners[role].node)}, step 'check tool': "
-                                        f"{binary} not found")
-            if shas["srv"] != shas["cli"]:
-                raise SshSetupError(f"tperf differs between server and client ({shas})")
-            found.update(binary=binary, binary_sha256=shas["srv"], tool_version=None)
+            binary, sha, version = spec.tool.path, None, None
         else:
-            local = spec.tool.binary(repo_root())
-            if not local.exists():
-                raise EnvironmentError_(f"traffic tool not found at {local}: build it with "
-                                        "scripts/setup.sh (cargo build --release -p tquic-perf)")
+            local = local_tool(spec)
             sha = sha256_file(local)
-            binary = remote_tool_path(sl.workdir, "tquic-perf", sha)
-            for role in ("srv", "cli"):
-                if runners[role].sha256(binary) != sha:
-                    raise SshSetupError(f"{_node_name(runners[role].node)}, step 'check tool': "
-                                        f"{binary} missing or different from {local}: provision "
-                                        "the node (snakemake --cores 1 provision)")
-            from latency_divide.testbed.base import tool_version
-            found.update(binary=binary, binary_sha256=sha,
-                         tool_version=tool_version(spec, local))
-        # the queue sampler
+            binary, version = remote_tool_path(sl.workdir, "tquic-perf", sha), tool_version(
+                spec, local)
+        shas = {role: runners[role].sha256(binary) for role in ("srv", "cli")}
+        for role, got in shas.items():
+            if got is None or (sha is not None and got != sha):
+                raise fail(role, "check tool", f"{binary} missing or not the tool checked here: "
+                           "provision the node (snakemake --cores 1 provision)")
+        if shas["srv"] != shas["cli"]:
+            raise SshSetupError(f"{spec.tool.name} differs between server and client ({shas})")
+        found.update(binary=binary, binary_sha256=shas["srv"], tool_version=version)
+        # the queue sampler, forwarding
         qs = remote_tool_path(sl.workdir, "qsampler", sha256_file(QSAMPLER_SRC), ".py")
         if runners["gw"].sha256(qs) is None:
-            raise SshSetupError(f"{_node_name(runners['gw'].node)}, step 'check queue sampler': "
-                                f"{qs} missing: provision the node")
+            raise fail("gw", "check queue sampler", f"{qs} missing: provision the node")
         found["qsampler"] = qs
-        # forwarding
         fwd = runners["gw"].run(["sysctl", "-n", "net.ipv4.ip_forward"],
                                 check=False).stdout.strip()
         if fwd != "1":
-            raise SshSetupError(f"{_node_name(runners['gw'].node)}, step 'check forwarding': "
-                                f"net.ipv4.ip_forward is {fwd or '?'}; provisioning sets it to 1")
+            raise fail("gw", "check forwarding", f"net.ipv4.ip_forward is {fwd or '?'}; "
+                       "provisioning sets it to 1")
         # the delay mechanism
-        if self._netem is None:
-            self._netem = netem_available(runners["dly"])
-        if spec.delay == "netem" and not self._netem:
-            raise SshSetupError(f"{_node_name(runners['dly'].node)}, step 'check netem': the "
-                                "kernel has no netem; use delay: auto or delayline")
-        mechanism = spec.delay if spec.delay != "auto" else ("netem" if self._netem else "delayline")
-        found["mechanism"] = mechanism
+        def has_netem() -> bool:
+            if self._netem is None:
+                self._netem = probe_netem(runners["dly"])
+            return self._netem
+
+        found["mechanism"] = choose_mechanism(spec.delay, has_netem,
+                                              f"the delay node {sl.node('dly').host}")
         found["delayline"] = None
-        if mechanism == "delayline":
-            local = repo_root() / "target" / "release" / "delayline"
-            if not local.exists():
-                raise EnvironmentError_(f"the delay node needs our delay line ({local} is not "
-                                        "built: run scripts/setup.sh)")
-            dl = remote_tool_path(sl.workdir, "delayline", sha256_file(local))
+        if found["mechanism"] == "delayline":
+            dl = remote_tool_path(sl.workdir, "delayline",
+                                  sha256_file(local_delayline("the delay node needs it")))
             if runners["dly"].sha256(dl) is None:
-                raise SshSetupError(f"{_node_name(runners['dly'].node)}, step 'check delay "
-                                    f"line': {dl} missing: provision the node")
+                raise fail("dly", "check delay line", f"{dl} missing: provision the node")
             found["delayline"] = dl
         found["interfaces"] = discover_interfaces(runners, sl)
         found["offloads"] = ("ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on the gateway's "
@@ -185,31 +165,24 @@ class SshTestbed:
         return found
 
     def open(self, spec, plan, log_dir: Path, found: dict) -> "SshTopology":
-        return SshTopology(self, spec, plan, Path(log_dir), found)
+        return SshTopology(self, plan, Path(log_dir), found)
 
 
-class SshTopology(NodeOps):
-    """The slice configured for one trial (context manager; restored in ``__exit__``)."""
+class SshTopology(SliceBase):
+    """The slice set up for one trial (testbed.base.Slice); restored in ``__exit__``."""
 
-    local_files = False
-
-    def __init__(self, testbed: SshTestbed, spec, plan, log_dir: Path, found: dict):
+    def __init__(self, testbed: SshTestbed, plan, log_dir: Path, found: dict):
         self.tb = testbed
-        self.spec = spec
         self.plan = plan
         self.log_dir = log_dir
         self.found = found
         self.tag = new_tag()
         self.processes: list = []
-        self.setup_s = 0.0
-        self.teardown_s = 0.0
         self._runners: dict[str, FabricRunner] = {}
         self._outputs: list[tuple[str, str, Path]] = []
         self._delayline: FabricProcess | None = None
         self._changed: dict[str, list[str]] = {"gw": [], "dly": []}
         self._offloads: dict[str, dict[str, dict[str, str]]] = {"gw": {}, "dly": {}}
-        self._bridge = False
-        self._restored: dict = {}
         self._kernels: dict[str, str] = {}
         self._locks: list[NodeLock] = []
         sl = testbed.slice
@@ -221,7 +194,7 @@ class SshTopology(NodeOps):
                        "processes": [], "qdisc_devs": self._changed, "offloads": self._offloads,
                        "bridge": False, "created_unix": time.time()}
 
-    # the testbed interface -----------------------------------------------------------------
+    # the slice interface -------------------------------------------------------------------
     def runner(self, role: str) -> FabricRunner:
         r = self._runners.get(role)
         if r is None:
@@ -239,8 +212,7 @@ class SshTopology(NodeOps):
         return ["python3", self.found["qsampler"], "--dev", dev, "--interval", f"{interval_s:g}"]
 
     def tool_output(self, role: str, local: Path) -> str:
-        """A file a tool writes on ``role``: the remote path to give it; fetched to ``local``
-        when the topology closes."""
+        """The remote path a tool on ``role`` writes to; fetched to ``local`` on exit."""
         remote = f"{self.rundir}/{role}/{Path(local).name}"
         self._outputs.append((role, remote, Path(local)))
         return remote
@@ -261,7 +233,21 @@ class SshTopology(NodeOps):
                 "reconnects": dict(self.tb.reconnects),
                 "teardown": "root qdiscs of ours deleted, offloads and bridge restored"}
 
-    # lifecycle -----------------------------------------------------------------------------
+    # hooks of SliceBase --------------------------------------------------------------------
+    def _where(self, role: str) -> str:
+        return f"{_node_name(self.tb.slice.node(role))}: "
+
+    def _delayline_binary(self) -> str:
+        return self.found["delayline"]
+
+    def _apply(self, role: str, argv: list[str]) -> None:
+        with self._step(role, "shape the links") as r:
+            r.run(argv)
+
+    def _shaping(self, role: str, dev: str) -> None:
+        self._changed[role].append(dev)  # recorded before the qdiscs change
+        _write_state(self.state_file, self._state)
+
     def _record_start(self, runner: FabricRunner, proc: FabricProcess) -> None:
         # pid, program and start time: clean stops a process only if all three still match
         # (a pid alone may have been reused by another program since)
@@ -271,33 +257,28 @@ class SshTopology(NodeOps):
                                          "start_ticks": ident[1] if ident else None})
         _write_state(self.state_file, self._state)
 
+    @contextlib.contextmanager
     def _step(self, role: str, step: str):
-        node = self.tb.slice.node(role)
-        tb = self
+        """A set-up step on a node: a failing command's error names the node and the step."""
+        try:
+            yield self.runner(role)
+        except CommandError as e:
+            raise LatencyDivideError(f"{_node_name(self.tb.slice.node(role))}, step '{step}': "
+                                     f"{e}") from e
 
-        class _Ctx:
-            def __enter__(self):
-                return tb.runner(role)
-
-            def __exit__(self, et, e, tr):
-                if isinstance(e, CommandError):
-                    raise LatencyDivideError(f"{_node_name(node)}, step '{step}': {e}") from e
-                return False
-
-        return _Ctx()
-
+    # lifecycle -----------------------------------------------------------------------------
     def up(self) -> "SshTopology":
         t0 = time.monotonic()
         sl = self.tb.slice
         # the slice is ours for this trial: a lock held on the nodes we shape (gateway, delay)
         holder = (f"{socket.gethostname()} pid {os.getpid()} trial {self.tag} since "
                   f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
-        for role in ("srv", "gw", "dly", "cli"):  # refuse a work directory others could write
+        for role in ROLES:  # refuse a work directory others could write
             ensure_private_workdir(self.runner(role), sl.workdir, create=False)
         for role in ("gw", "dly"):
             self._locks.append(NodeLock(self.runner(role), sl.workdir, sl.name, holder).acquire())
         _write_state(self.state_file, self._state)
-        for role in ("srv", "gw", "dly", "cli"):
+        for role in ROLES:
             with self._step(role, "prepare run directory") as r:
                 r.run(["mkdir", "-p", "--", f"{self.rundir}/{role}"])
                 self._kernels[role] = r.run(["uname", "-r"], sudo=False).stdout.strip()
@@ -316,23 +297,10 @@ class SshTopology(NodeOps):
                         raise LatencyDivideError(
                             f"offloads {', '.join(still_on)} of {dev} are still on after "
                             f"ethtool -K {dev} {' '.join(OFFLOAD_ARGS)}")
-        with self._step("gw", "apply shaper (htb+bfifo)") as r:
-            for direction in ("uplink", "downlink"):
-                dev = ifs["gw"][direction]
-                self._changed["gw"].append(dev)
-                _write_state(self.state_file, self._state)
-                for argv in self.plan.shaper(direction).commands(dev):
-                    r.run(argv)
         if self.plan.delay.mechanism == "netem":
-            with self._step("dly", "apply netem") as r:
+            with self._step("dly", "bridge the delay ports") as r:
                 self._ensure_bridge(r, ifs["dly"])
-                for dev in ifs["dly"]:
-                    self._changed["dly"].append(dev)
-                    _write_state(self.state_file, self._state)
-                    for argv in self.plan.delay.commands(dev):
-                        r.run(argv)
-        else:
-            self._start_delayline(ifs["dly"])
+        self.shape_links(ifs["gw"], ifs["dly"])
         self.setup_s = time.monotonic() - t0
         return self
 
@@ -346,42 +314,17 @@ class SshTopology(NodeOps):
         if masters != {None}:
             return
         r.run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        self._bridge = True
         self._state["bridge"] = True
         _write_state(self.state_file, self._state)
         for dev in ports:
             r.run(["ip", "link", "set", dev, "master", BRIDGE])
         r.run(["ip", "link", "set", BRIDGE, "up"])
 
-    def _start_delayline(self, ports) -> None:
-        node = self.tb.slice.node("dly")
-        argv = self.plan.delay.delayline_argv(ports[0], ports[1], self.found["delayline"])
-        log = self.log_dir / "delayline.log"
-        proc = self.runner("dly").start(argv, stdout=log, stderr=log)
-        self._delayline = proc
-        self.processes.append(proc)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            text = proc.read_output()
-            if proc.poll() is not None:
-                raise LatencyDivideError(f"{_node_name(node)}, step 'start delay line': exited "
-                                         f"(code {proc.returncode}): {text.strip()[-400:]}")
-            if "delayline ready" in text:
-                return
-            time.sleep(0.05)
-        raise LatencyDivideError(f"{_node_name(node)}, step 'start delay line': no "
-                                 "'delayline ready' within 10 s")
-
     def down(self) -> None:
+        """Stop our processes (by PID), fetch the tools' files, restore the nodes; a failure
+        leaves the state record for `latency-divide clean`."""
         t0 = time.monotonic()
-        errors: list[str] = []
-
-        def attempt(what: str, fn) -> None:
-            try:
-                fn()
-            except Exception as e:  # keep restoring; report at the end
-                errors.append(f"{what}: {e}")
-
+        attempt = Attempts()
         for proc in reversed(self.processes):
             attempt(f"stop {proc.argv[0]} (pid {proc.pid})", lambda p=proc: p.stop(timeout=3))
         self._delayline = None
@@ -391,47 +334,12 @@ class SshTopology(NodeOps):
                 if r.run(["test", "-s", remote], check=False, sudo=False).returncode == 0:
                     r.get(remote, local)
             attempt(f"fetch {remote}", get)
-        for role in ("gw", "dly"):
-            for dev in self._changed[role]:
-                attempt(f"{ROLE_NAMES[role]}: delete root qdisc of {dev}",
-                        lambda role=role, dev=dev: _delete_root_qdisc(self.runner(role), dev))
-        if self._bridge:
-            attempt("delay: delete bridge", lambda: _delete_bridge(self.runner("dly")))
-        for role, devs in self._offloads.items():
-            for dev, feats in devs.items():
-                if feats:
-                    args = [w for k, v in feats.items() for w in (k, v)]
-                    attempt(f"{ROLE_NAMES[role]}: restore offloads of {dev}",
-                            lambda role=role, dev=dev, args=args:
-                            self.runner(role).run(["ethtool", "-K", dev, *args], check=False))
-        for role in ("srv", "gw", "dly", "cli"):
-            attempt(f"{ROLE_NAMES[role]}: remove run directory",
-                    lambda role=role: self.runner(role).run(["rm", "-rf", "--",
-                                                             f"{self.rundir}/{role}"]))
-        attempt("remove run directory",
-                lambda: self.runner("srv").run(["rmdir", "--", self.rundir], check=False))
-        self._restored = {"root_qdiscs_deleted": dict(self._changed), "bridge_deleted": self._bridge,
-                          "errors": list(errors)}
+        restore_nodes(self.runner, self._state, attempt)
         self.teardown_s = time.monotonic() - t0
-        if errors:
-            # Leave the state file: `latency-divide clean` finishes the job later.
-            self._release_locks()
-            raise LatencyDivideError("SSH testbed teardown: " + "; ".join(errors))
-        self.state_file.unlink(missing_ok=True)
-        self._release_locks()
-
-    def _release_locks(self) -> None:
         for lock in reversed(self._locks):
             lock.release()
         self._locks = []
+        if attempt.errors:
+            raise LatencyDivideError("SSH testbed teardown: " + "; ".join(attempt.errors))
+        self.state_file.unlink(missing_ok=True)
 
-    def __enter__(self) -> "SshTopology":
-        try:
-            return self.up()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.down()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.down()

@@ -1,0 +1,170 @@
+"""The local testbed: a fresh four-namespace topology on this host for every trial.
+
+:class:`LocalTestbed` implements testbed.base.Testbed (``check`` looks for root, the programs,
+the traffic tool and, without netem, our delay line); :class:`Topology` is its live slice:
+testbed.netns names and wires the namespaces, testbed.base.SliceBase shapes the links and runs
+the delay line, ``down()`` stops our processes by PID and deletes the namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from latency_divide.errors import EnvironmentError_, LatencyDivideError
+from latency_divide.testbed import netns
+from latency_divide.testbed.base import (
+    OFFLOAD_ARGS,
+    SliceBase,
+    local_delayline,
+    local_tool,
+    tool_facts,
+)
+from latency_divide.testbed.delay import choose_mechanism
+from latency_divide.testbed.netns import (
+    ADDRS,
+    DELAY_PORTS,
+    GATEWAY_EGRESS,
+    netem_available,
+    new_tag,
+    ns_name,
+    remove_namespace,
+    setup_commands,
+    write_owner_record,
+)
+from latency_divide.testbed.runners import LocalRunner, Process
+from latency_divide.vocab import ROLES
+
+#: Programs a local trial runs (and the Debian package that has each).
+REQUIRED_PROGRAMS = {"ip": "iproute2", "tc": "iproute2", "ss": "iproute2",
+                     "ping": "iputils-ping", "ethtool": "ethtool", "sysctl": "procps"}
+
+
+def resolve_delay_mechanism(choice: str) -> str:
+    """``auto`` -> netem when this kernel has it, else the userspace delay line."""
+    return choose_mechanism(choice, netem_available)
+
+
+def planned_delay_mechanism(choice: str) -> str:
+    """The mechanism a link plan *on paper* names: ``auto`` is resolved by probing the kernel
+    when we can (root), else it is assumed to be netem (what common kernels have). The plan a
+    trial applies is resolved again at trial time and recorded in its meta.json, so this
+    only matters for the link stage's JSON, e.g. when re-analysing published data without
+    root."""
+    if choice == "auto" and os.geteuid() != 0:
+        return "netem"
+    return resolve_delay_mechanism(choice)
+
+
+class LocalTestbed:
+    """Trials in namespaces on this host (testbed.base.Testbed)."""
+
+    kind = "local"
+
+    def check(self, spec) -> dict:
+        """Fail before anything starts; return what was found (for meta.json)."""
+        if os.geteuid() != 0:
+            raise EnvironmentError_("trials need root (network namespaces, tc): run as root or "
+                                    "with sudo")
+        missing = [f"{p} (Debian package {pkg})" for p, pkg in REQUIRED_PROGRAMS.items()
+                   if shutil.which(p) is None]
+        if missing:
+            raise EnvironmentError_("missing programs: " + ", ".join(missing) +
+                                    "; run scripts/setup.sh or apt-get install them")
+        binary = local_tool(spec)
+        mechanism = resolve_delay_mechanism(spec.delay)
+        delayline = (local_delayline("this kernel has no netem")
+                     if mechanism == "delayline" else None)
+        return {"binary": str(binary), **tool_facts(spec, binary), "mechanism": mechanism,
+                "delayline": str(delayline) if delayline else None,
+                "offloads": "ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on every veth end"}
+
+    def open(self, spec, plan, log_dir: Path, found: dict) -> "Topology":
+        return Topology(plan, delayline_bin=found["delayline"], log_dir=log_dir)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Topology(SliceBase):
+    """A live four-namespace topology (testbed.base.Slice). Use as a context manager: torn
+    down in ``finally``."""
+
+    plan: object  # latency_divide.links.plan.LinkPlan
+    delayline_bin: str | None = None
+    tag: str = field(default_factory=new_tag)
+    log_dir: Path | None = None
+    processes: list[Process] = field(default_factory=list)
+    setup_s: float = 0.0
+    teardown_s: float = 0.0
+    _delayline: Process | None = None
+
+    @property
+    def mechanism(self) -> str:
+        return self.plan.delay.mechanism
+
+    def ns(self, role: str) -> str:
+        return ns_name(self.tag, role)
+
+    def runner(self, role: str) -> LocalRunner:
+        return LocalRunner(self.ns(role))
+
+    def addr(self, role: str) -> str:
+        """Data-plane address of an end host (the paper's addresses)."""
+        return ADDRS[role]
+
+    def gateway_egress(self, direction: str) -> str:
+        return GATEWAY_EGRESS[direction]
+
+    def qsampler_argv(self, dev: str, interval_s: float) -> list[str]:
+        """The queue sampler (JSON lines on stdout), run with this Python on this host."""
+        return [sys.executable, "-m", "latency_divide.testbed.qsampler", "--dev", dev,
+                "--interval", f"{interval_s:g}"]
+
+    def describe(self) -> dict:
+        return {"kind": "local", "tag": self.tag, "namespaces": [self.ns(r) for r in ROLES],
+                "devices": {"gateway": dict(GATEWAY_EGRESS), "delay": list(DELAY_PORTS)}}
+
+    @property
+    def owner_file(self) -> Path:
+        return netns.STATE_DIR / f"{self.tag}.json"
+
+    def _delayline_binary(self) -> str:
+        if not self.delayline_bin:
+            raise EnvironmentError_("the delay line binary was not given (build it: "
+                                    "scripts/setup.sh)")
+        return self.delayline_bin
+
+    def up(self) -> "Topology":
+        t0 = time.monotonic()
+        write_owner_record(self.tag, [self.ns(r) for r in ROLES])
+        host = LocalRunner()
+        for node, argv in setup_commands(self.tag, self.mechanism):
+            (host if node is None else self.runner(node)).run(argv)
+        self.shape_links(GATEWAY_EGRESS, DELAY_PORTS)
+        self.setup_s = time.monotonic() - t0
+        return self
+
+    def down(self) -> None:
+        """Stop our processes (by PID), kill anything left in our namespaces (by the PIDs
+        ``ip netns pids`` lists for them), delete the namespaces (the veths go with them)."""
+        t0 = time.monotonic()
+        errors = []
+        for proc in reversed(self.processes):
+            try:
+                proc.stop(timeout=3)
+            except Exception as e:  # keep tearing down; report at the end
+                errors.append(str(e))
+        self.processes.clear()
+        self._delayline = None
+        for role in ROLES:
+            errors += remove_namespace(self.ns(role))
+        self.owner_file.unlink(missing_ok=True)
+        self.teardown_s = time.monotonic() - t0
+        if errors:
+            raise LatencyDivideError("teardown: " + "; ".join(errors))
