@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cost of one queue sample: forking ``tc -s -j qdisc show dev DEV`` (the old sampler) against
-one rtnetlink dump from the sampler's own process (latency_divide.qsampler.sample_once).
+one rtnetlink dump from the sampler's own process (latency_divide.testbed.qsampler.sample_once).
 
 Sets up a namespace of its own (``ldq-`` + random suffix) with a veth under htb root + class +
 bfifo, as the gateway has, runs the measurement inside it (``ip netns exec``), and deletes the

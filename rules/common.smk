@@ -153,7 +153,7 @@ def provision_files(wildcards):
     """What a node gets uploaded: a change re-provisions it."""
     return {"server": {"tool": "target/release/tquic-perf"},
             "client": {"tool": "target/release/tquic-perf"},
-            "gateway": {"qsampler": "src/latency_divide/qsampler.py"},
+            "gateway": {"qsampler": "src/latency_divide/testbed/qsampler.py"},
             "delay": {"delayline": "target/release/delayline"}}[wildcards.role]
 
 

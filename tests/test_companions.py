@@ -1,4 +1,4 @@
-"""Companion data sets (latency_divide.companions): which configs, named how, with what trials."""
+"""Companion data sets (latency_divide.analysis.companions): which configs, named how, with what trials."""
 from __future__ import annotations
 
 import pytest

@@ -201,7 +201,7 @@ def _blast(ns, count, pps):
 
 COMPARE = """
 import json, subprocess, sys
-from latency_divide.qsampler import sample_once
+from latency_divide.testbed.qsampler import sample_once
 dev = sys.argv[1]
 a = sample_once(dev)
 t = json.loads(subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", dev],

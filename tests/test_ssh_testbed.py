@@ -297,7 +297,7 @@ def test_unknown_host_key_rejected(lab, tmp_path):
     from latency_divide.testbed.ssh.connection import connect
 
     with pytest.warns(UserWarning, match="insecure_host_keys"):
-        import latency_divide.ssh as ssh_mod
+        import latency_divide.testbed.ssh.connection as ssh_mod
 
         ssh_mod._warned_insecure = False
         c = connect(inv.slices[0].node("client"), inv)
@@ -448,10 +448,11 @@ def test_slice_lock_is_exclusive(tmp_path):
 
 _HOLD_LOCK = """
 import sys, time
-from latency_divide import ssh
-from latency_divide.inventory import load_inventory
-tb = ssh.SshTestbed(load_inventory(sys.argv[1]))
-lock = ssh.NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "holder-of-test").acquire()
+from latency_divide.testbed.inventory import load_inventory
+from latency_divide.testbed.ssh.lock import NodeLock
+from latency_divide.testbed.ssh.testbed import SshTestbed
+tb = SshTestbed(load_inventory(sys.argv[1]))
+lock = NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "holder-of-test").acquire()
 print("held", flush=True)
 time.sleep(120)
 """

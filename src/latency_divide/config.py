@@ -1,6 +1,7 @@
 """The run configuration: config/config.yaml checked against config/schema.yaml, then the
 semantic checks a schema cannot express. ``load_config`` is the one source of truth; the
-Snakefile calls it so that errors read the same everywhere.
+Snakefile calls it so that errors read the same everywhere. ``config_hash`` is the hash of a
+configuration that every trial records (meta.json ``config_hash``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import jsonschema
 import yaml
@@ -23,15 +24,7 @@ from latency_divide.data.buckets import Bucket, resolve_buckets, validate_bucket
 from latency_divide.errors import ConfigError
 from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
 
-if TYPE_CHECKING:  # pandas costs 1.7 s to import: trial jobs (which hash files) skip it
-    pass
-
-
-
-
 SCHEMA_PATH = CONFIG_SCHEMA
-
-
 
 
 @dataclass(frozen=True)
@@ -91,7 +84,7 @@ class Config:
     testbed: TestbedSettings
     households_by_bucket: Mapping[str, tuple[int, ...]]  # resolved: listed IDs or drawn sample
     raw: Mapping[str, Any]  # the validated mapping as given
-    #: config files of data sets analysed beside this run (latency_divide.companions)
+    #: config files of data sets analysed beside this run (analysis.companions)
     companions: tuple[str, ...] = ()
 
     def household_ids(self) -> list[int]:
@@ -159,7 +152,7 @@ def _schema_error(err: jsonschema.ValidationError) -> ConfigError:
 
 def _check_limits(raw: Mapping[str, Any]) -> None:
     """Every number in its range and every name safe as a directory name
-    (latency_divide.limits: the one place these are defined). The schema checked the types."""
+    (limits: the one place these are defined). The schema checked the types."""
     hh = raw["households"]
     limits.check("seed", hh["seed"], "config: households.seed")
     for i, b in enumerate(hh["buckets"]):

@@ -18,12 +18,14 @@ from pathlib import Path
 
 from latency_divide.config import Config, load_config
 from latency_divide.errors import ConfigError
+from latency_divide.paths import COMPANIONS, RAW
 
 #: companion name = its config file's stem: a directory name under results/companions
 NAME = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,39}\Z")
 
 
-RESULTS = "results/companions"
+#: where companions' outputs go: ``<RESULTS>/<name>/{tables,figures}/``
+RESULTS = COMPANIONS.as_posix()
 
 
 TABLES = {
@@ -53,11 +55,11 @@ class Companion:
     def root(self) -> str:
         return f"{RESULTS}/{self.name}"
 
-    def metas(self, raw_root: str = "results/raw") -> list[str]:
+    def metas(self, raw_root: str = RAW.as_posix()) -> list[str]:
         from latency_divide.trial.layout import trial_meta_path
         return [str(trial_meta_path(raw_root, *t)) for t in self.trials]
 
-    def missing(self, raw_root: str = "results/raw", base: Path = Path(".")) -> list[str]:
+    def missing(self, raw_root: str = RAW.as_posix(), base: Path = Path(".")) -> list[str]:
         return [m for m in self.metas(raw_root) if not (base / m).exists()]
 
 

@@ -2,7 +2,8 @@
 tquic-perf and mvfst's tperf) as one Markdown table of mean self-induced delay (ms) / mean
 normalized throughput per direction, price bucket and variant.
 
-    latency-divide compare tquic=results/tables/summary.parquet         mvfst=results/companions/mvfst/tables/summary.parquet
+    latency-divide compare tquic=results/tables/summary.parquet \\
+        mvfst=results/companions/mvfst/tables/summary.parquet
 """
 
 from __future__ import annotations

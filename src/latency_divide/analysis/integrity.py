@@ -12,7 +12,7 @@ and the trial it claims to be?
   catches flipped bytes) and every ``.json`` parses;
 - against its identity: the path's definition id, household, direction, variant and
   repetition are what meta.json says; the directory's definition.json hashes to its name and
-  agrees with every setting meta.json recorded (latency_divide.definition); the link plan
+  agrees with every setting meta.json recorded (trial.definition); the link plan
   meta.json recorded is the one the household and the definition's qfactor give, and
   ``capacity_kbps`` is its rate.
 
@@ -20,6 +20,10 @@ Every finding names the trial directory and the file. :func:`require_intact` rai
 :class:`DataIntegrityError` listing them all, with the ways to repair, so that the analysis
 stops before it writes anything. A trial that is intact but invalid by its own data (the tool
 failed, no transfer window) is not a finding here: the tables list it in exclusions.parquet.
+
+:func:`check_raw_tree` checks a whole raw tree before `latency-divide publish` records it:
+every trial as above, anything that is not a complete trial of the layout (trial.layout), and
+every published trial that is gone.
 """
 
 from __future__ import annotations
@@ -41,12 +45,19 @@ from latency_divide.ops.dvcstore import (
     object_path,
     tracked_outs,
 )
+from latency_divide.paths import RAW
 from latency_divide.trial import definition, rawio
-from latency_divide.trial.layout import DEFINITION, is_id, parse_trial_path
-
-#: Logs every trial has (each may be stored as NAME.gz).
-REQUIRED_LOGS = ("receiver.log", "ping.log", "queue.jsonl")
-
+from latency_divide.trial.layout import (
+    DEFINITION,
+    ID_PREFIX,
+    META,
+    REQUIRED_LOGS,
+    TMP_PREFIX,
+    is_id,
+    parse_trial_path,
+    trial_id,
+)
+from latency_divide.vocab import DIRECTIONS
 
 REPAIR = ("Restore the published files with `dvc checkout --force` (or `dvc pull --force`); "
           "a trial you measured yourself and did not commit to DVC cannot be restored: move its "
@@ -120,7 +131,7 @@ def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding],
         except ValueError:
             continue
         entries = by_dir.get(sub, ())
-        meta_md5 = dict(entries).get("meta.json")
+        meta_md5 = dict(entries).get(META)
         if cache is not None and meta_md5 and not object_path(cache, meta_md5).is_file():
             continue
         for name, md5 in entries:
@@ -151,7 +162,7 @@ def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozen
                         pass
             except (OSError, EOFError, zlib.error) as e:
                 found.append(Finding(str(d), f.name, f"not a readable gzip file ({e or 'cut short'})"))
-        elif f.suffix == ".json" and f.name != "meta.json":
+        elif f.suffix == ".json" and f.name != META:
             try:
                 json.loads(f.read_text())
             except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -162,7 +173,7 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
     from latency_divide.data.households import Household
     from latency_divide.links.plan import make_linkplan
 
-    def bad(what: str, file: str = "meta.json") -> None:
+    def bad(what: str, file: str = META) -> None:
         found.append(Finding(str(d), file, what))
 
     where = parse_trial_path(d)
@@ -170,17 +181,15 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
         bad("not at results/raw/<definition id>/<household>/<direction>/<variant>/rep<r>", "")
         return
     def_id, direction = where.definition_id, where.direction
-    household, variant, rep = str(where.household), where.variant, f"rep{where.repetition}"
     try:
-        said = {"household": str(meta["household"]["unit_id"]), "direction": meta["direction"],
-                "variant": meta["variant"]["name"], "rep": f"rep{meta['repetition']}"}
+        said = trial_id(meta["household"]["unit_id"], meta["direction"], meta["variant"]["name"],
+                        meta["repetition"])
     except (KeyError, TypeError) as e:
         bad(f"lacks the trial's identity ({type(e).__name__}: {e})")
         return
-    for key, path_value in zip(("household", "direction", "variant", "rep"),
-                               (household, direction, variant, rep)):
-        if said[key] != path_value:
-            bad(f"says {key} {said[key]!r}, its path says {path_value!r}")
+    at = trial_id(where.household, direction, where.variant, where.repetition)
+    if said != at:
+        bad(f"says it is trial {said}, its path says {at}")
     try:
         defn = definition.read(d.parents[3])
     except ValueError as e:
@@ -195,9 +204,8 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
         plan = make_linkplan(Household.from_dict(meta["household"]), qfactor=defn["qfactor"],
                              mechanism=meta["delay_mechanism"]).to_dict()
         rec = meta["linkplan"]
-        for part, key in (("uplink", "rate_kbit"), ("uplink", "queue_bytes"),
-                          ("downlink", "rate_kbit"), ("downlink", "queue_bytes"),
-                          ("delay", "one_way_ms")):
+        for part, key in [*((d, k) for d in DIRECTIONS for k in ("rate_kbit", "queue_bytes")),
+                          ("delay", "one_way_ms")]:
             if rec[part][key] != plan[part][key]:
                 bad(f"linkplan.{part}.{key} is {rec[part][key]!r}; the household and qfactor "
                     f"{defn['qfactor']:g} give {plan[part][key]!r}")
@@ -216,22 +224,22 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=(),
     if not d.is_dir():
         return [Finding(str(d), "", "missing: not a directory")]
     intact = _check_pins(d, _rel(d, repo), pins, found, cache)
-    meta_file = d / "meta.json"
+    meta_file = d / META
     try:
         meta = json.loads(meta_file.read_text())
     except FileNotFoundError:
-        found.append(Finding(str(d), "meta.json", "missing"))
+        found.append(Finding(str(d), META, "missing"))
         return found
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        found.append(Finding(str(d), "meta.json", f"not valid JSON ({e})"))
+        found.append(Finding(str(d), META, f"not valid JSON ({e})"))
         return found
     if not isinstance(meta, dict):
-        found.append(Finding(str(d), "meta.json", "not a JSON object"))
+        found.append(Finding(str(d), META, "not a JSON object"))
         return found
     if meta.get("format_version") not in READABLE_FORMATS:
-        found.append(Finding(str(d), "meta.json", f"format_version "
-                                                  f"{meta.get('format_version')!r}; this code "
-                                                  f"reads {', '.join(map(str, READABLE_FORMATS))}"))
+        found.append(Finding(str(d), META, f"format_version {meta.get('format_version')!r}; "
+                                           f"this code reads "
+                                           f"{', '.join(map(str, READABLE_FORMATS))}"))
         return found
     _check_files(d, found, intact)
     _check_identity(d, meta, found)
@@ -260,10 +268,10 @@ def require_intact(trial_dirs: Iterable[Path | str], repo: Path | str | None = "
 
 def trial_dirs_under(raw_root: Path | str) -> list[Path]:
     """Every trial directory of the raw layout under ``raw_root``."""
-    return sorted(p.parent for p in Path(raw_root).glob("def-*/*/*/*/rep*/meta.json"))
+    return sorted(p.parent for p in Path(raw_root).glob(f"{ID_PREFIX}*/*/*/*/rep*/{META}"))
 
 
-def check_raw_tree(raw_root: Path | str = "results/raw", repo: Path | str = ".",
+def check_raw_tree(raw_root: Path | str = RAW, repo: Path | str = ".",
                    keep_published: bool = True) -> list[Finding]:
     """Findings for a whole raw tree, before it is published: every trial as in
     :func:`check_trials` (against dvc.lock only when ``keep_published``), anything that is not
@@ -275,7 +283,7 @@ def check_raw_tree(raw_root: Path | str = "results/raw", repo: Path | str = ".",
     found = check_trials(trials, repo if keep_published else None)
     known = {t.resolve() for t in trials}
     for p in sorted(root.rglob("*")):
-        if p.name.startswith(".ld-tmp-") or any(a.name.startswith(".ld-tmp-") for a in p.parents):
+        if p.name.startswith(TMP_PREFIX) or any(a.name.startswith(TMP_PREFIX) for a in p.parents):
             continue
         rel = p.relative_to(root)
         depth = len(rel.parts)
@@ -286,7 +294,7 @@ def check_raw_tree(raw_root: Path | str = "results/raw", repo: Path | str = ".",
             found.append(Finding(str(p.parent), p.name, "not part of a trial directory of the "
                                  "layout <definition id>/<household>/<direction>/<variant>/rep<r>"))
         elif p.is_dir() and depth == 5:
-            found.append(Finding(str(p), "meta.json", "missing: an incomplete trial directory"))
+            found.append(Finding(str(p), META, "missing: an incomplete trial directory"))
         elif p.is_dir() and depth == 1 and not is_id(p.name):
             found.append(Finding(str(p), "", "not a definition directory (def-<10 hex>): raw "
                                  "data of the format-1 layout? `latency-divide migrate` moves it"))

@@ -1,35 +1,16 @@
-"""Raw trial directories -> typed Parquet tables (results/tables/).
+"""One trial's numbers: its row of the trials table and its time series
+(EXPERIMENT.md "Measurements"), from a trial read by analysis.reader.
 
-Tables (schema version :data:`SCHEMA_VERSION`, stored in each file's metadata under
-``latency_divide.schema_version`` together with the table name):
+Idle period: pings with ``t_unix`` before the transfer window's start; ``base_rtt_measured_ms``
+is their minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
+transfer": the self-induced delay of a ping is its RTT minus that idle base, ``norm_tput`` is
+the receiver's goodput over the shaped capacity (meta.json ``capacity_kbps``). A trial with no
+idle or no in-transfer RTT sample, or no queue sample during the transfer, raises
+:class:`TrialInvalid` (analysis.reader).
 
-- ``trials.parquet``: one row per valid trial (:data:`TRIALS_SCHEMA`).
-- ``timeseries/{ping,queue,throughput}.parquet``: long format keyed by household_id,
-  direction, variant, repetition and ``t_s`` (seconds since the transfer started).
-- ``summary.parquet``: per price_bucket x direction x variant, the household count and the mean
-  with a 95 % confidence interval (Student t over households, repetitions averaged within a
-  household first) of ``norm_tput`` and ``self_delay_mean_ms``.
-
-The transfer window ("during the transfer", EXPERIMENT.md "Measurements"):
-when the receiver log has interval lines, the window is from the receiver's first stream byte
-(first interval's ``t_unix - elapsed_s``) to the last interval line's ``t_unix``: these are
-stamped by the receiver itself at the data, whereas meta.json's ``transfer_started_unix`` /
-``transfer_ended_unix`` bracket the tool's process (connection set-up and teardown included).
-Without interval lines (tperf) the meta.json timing is used. The source is recorded per trial
-in the ``window_source`` column.
-
-Idle period: pings with ``t_unix`` before the window start; ``base_rtt_measured_ms`` is their
-minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
-transfer".
-
-Before anything is parsed, :func:`build_tables` checks every trial directory
-(latency_divide.integrity: DVC pins, raw format, identity); a finding stops it with an error
-naming the trial and the file, and no table is written. A trial that is intact but invalid by its
-own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
-queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
-:func:`collect` leaves it out of the measurement tables, lists it with its reason in
-``exclusions.parquet`` and warns (:class:`TrialSkipped`). Zero valid trials is an error, and so
-are trials of one variant measured under different definitions (they are not one experiment).
+The series (ping, queue, throughput) are keyed by ``t_s``, seconds since the transfer started.
+``latency-divide summarize`` prints one trial's row (:func:`summarize_trial`,
+:func:`format_row`, :func:`row_jsonable`).
 """
 
 from __future__ import annotations

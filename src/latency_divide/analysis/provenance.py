@@ -7,7 +7,7 @@ Sidecar (format_version 2)::
      "outputs": {"results/figures/delay_tput.pdf": "<sha256>", ...},
      "created_at": "...Z", "git_revision": "<sha>[-dirty]" | null,
      "tables": {"results/tables/trials.parquet": "<sha256>", ...},
-     "definitions": {"def-...": {<the trial-shaping settings, latency_divide.definition>}},
+     "definitions": {"def-...": {<the trial-shaping settings, trial.definition>}},
      "households": {"<price_bucket>": [<household_id>, ...], ...},
      "trials": [{"path": "...", "definition_id": "def-...", "config_hash": "<sha256>",
                  "household_id": ..., "price_bucket": ..., "direction": ..., "variant": ...,
@@ -34,7 +34,7 @@ from latency_divide.fsio import hash_dir, sha256_file, write_json_atomic
 from latency_divide.paths import git_revision
 from latency_divide.trial.definition import describe
 
-if TYPE_CHECKING:  # pandas costs 1.7 s to import: trial jobs (which hash files) skip it
+if TYPE_CHECKING:  # pandas costs 1.7 s to import: `latency-divide trace` does without it
     import pandas as pd
 
 

@@ -1,35 +1,19 @@
-"""Raw trial directories -> typed Parquet tables (results/tables/).
+"""Reading one raw trial directory for the tables: its files parsed, nothing derived yet.
 
-Tables (schema version :data:`SCHEMA_VERSION`, stored in each file's metadata under
-``latency_divide.schema_version`` together with the table name):
+:func:`load_trial` reads meta.json (a readable format version, the trial's keys) and parses
+the receiver log (parsers.tool), the ping log (parsers.ping) and the queue samples
+(parsers.queue); logs may be stored gzip-compressed (trial.rawio). A trial that cannot be used
+(a file missing or unreadable, a truncated receiver log: the tool failed, an empty transfer
+window) raises :class:`TrialInvalid` naming the directory and why; the tables leave it out
+and warn with :class:`TrialSkipped`.
 
-- ``trials.parquet``: one row per valid trial (:data:`TRIALS_SCHEMA`).
-- ``timeseries/{ping,queue,throughput}.parquet``: long format keyed by household_id,
-  direction, variant, repetition and ``t_s`` (seconds since the transfer started).
-- ``summary.parquet``: per price_bucket x direction x variant, the household count and the mean
-  with a 95 % confidence interval (Student t over households, repetitions averaged within a
-  household first) of ``norm_tput`` and ``self_delay_mean_ms``.
-
-The transfer window ("during the transfer", EXPERIMENT.md "Measurements"):
-when the receiver log has interval lines, the window is from the receiver's first stream byte
-(first interval's ``t_unix - elapsed_s``) to the last interval line's ``t_unix``: these are
-stamped by the receiver itself at the data, whereas meta.json's ``transfer_started_unix`` /
-``transfer_ended_unix`` bracket the tool's process (connection set-up and teardown included).
-Without interval lines (tperf) the meta.json timing is used. The source is recorded per trial
-in the ``window_source`` column.
-
-Idle period: pings with ``t_unix`` before the window start; ``base_rtt_measured_ms`` is their
-minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
-transfer".
-
-Before anything is parsed, :func:`build_tables` checks every trial directory
-(latency_divide.integrity: DVC pins, raw format, identity); a finding stops it with an error
-naming the trial and the file, and no table is written. A trial that is intact but invalid by its
-own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
-queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
-:func:`collect` leaves it out of the measurement tables, lists it with its reason in
-``exclusions.parquet`` and warns (:class:`TrialSkipped`). Zero valid trials is an error, and so
-are trials of one variant measured under different definitions (they are not one experiment).
+The transfer window ("during the transfer", EXPERIMENT.md "Measurements",
+:func:`transfer_window`): when the receiver log has interval lines, the window is from the
+receiver's first stream byte (first interval's ``t_unix - elapsed_s``) to the last interval
+line's ``t_unix``: these are stamped by the receiver itself at the data, whereas meta.json's
+``transfer_started_unix`` / ``transfer_ended_unix`` bracket the tool's process (connection
+set-up and teardown included). Without interval lines (tperf) the meta.json timing is used.
+The source is recorded per trial in the ``window_source`` column.
 """
 
 from __future__ import annotations
@@ -47,10 +31,17 @@ from latency_divide.errors import LatencyDivideError
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import QueueParseError, parse_queue
 from latency_divide.trial import rawio
-from latency_divide.trial.layout import parse_trial_path
+from latency_divide.trial.layout import (
+    META,
+    PING_LOG,
+    QUEUE_LOG,
+    RECEIVER_LOG,
+    REQUIRED_LOGS,
+    parse_trial_path,
+)
 
-#: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (see rawio).
-REQUIRED_FILES = ("meta.json", "receiver.log", "ping.log", "queue.jsonl")
+#: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (trial.rawio).
+REQUIRED_FILES = (META, *REQUIRED_LOGS)
 
 
 class TrialInvalid(LatencyDivideError):
@@ -113,7 +104,7 @@ def _meta_get(path: Path, meta: dict, *keys):
     cur = meta
     for k in keys:
         if not isinstance(cur, dict) or k not in cur:
-            raise TrialInvalid(path, f"meta.json lacks {'.'.join(keys)}")
+            raise TrialInvalid(path, f"{META} lacks {'.'.join(keys)}")
         cur = cur[k]
     return cur
 
@@ -127,17 +118,17 @@ def load_trial(path: Path | str) -> Trial:
         raise TrialInvalid(path, "not a directory")
     for name in REQUIRED_FILES:
         if rawio.find(path, name) is None:
-            raise TrialInvalid(path, f"missing file {name}" + ("" if name == "meta.json" else
+            raise TrialInvalid(path, f"missing file {name}" + ("" if name == META else
                                                                 f" (or {name}.gz)"))
     try:
-        meta = json.loads(_read(path, "meta.json"))
+        meta = json.loads(_read(path, META))
     except json.JSONDecodeError as e:
-        raise TrialInvalid(path, f"meta.json is not valid JSON ({e.msg}, line {e.lineno})") from None
+        raise TrialInvalid(path, f"{META} is not valid JSON ({e.msg}, line {e.lineno})") from None
     if not isinstance(meta, dict):
-        raise TrialInvalid(path, "meta.json is not a JSON object")
+        raise TrialInvalid(path, f"{META} is not a JSON object")
     version = meta.get("format_version")
     if version not in READABLE_FORMATS:
-        raise TrialInvalid(path, f"meta.json format_version {version!r}; this code reads "
+        raise TrialInvalid(path, f"{META} format_version {version!r}; this code reads "
                                  f"{', '.join(map(str, READABLE_FORMATS))}")
     hh = _meta_get(path, meta, "household")
     variant = _meta_get(path, meta, "variant")
@@ -158,19 +149,19 @@ def load_trial(path: Path | str) -> Trial:
     }
 
     try:
-        tool = parse_tool_log(_read(path, "receiver.log"))
+        tool = parse_tool_log(_read(path, RECEIVER_LOG))
     except ToolParseError as e:
-        raise TrialInvalid(path, f"receiver.log: {e}") from None
+        raise TrialInvalid(path, f"{RECEIVER_LOG}: {e}") from None
     if not tool.complete:
-        raise TrialInvalid(path, "receiver.log is truncated (no complete transfer summary)")
+        raise TrialInvalid(path, f"{RECEIVER_LOG} is truncated (no complete transfer summary)")
     try:
-        queue = parse_queue(_read(path, "queue.jsonl"))
+        queue = parse_queue(_read(path, QUEUE_LOG))
     except QueueParseError as e:
-        raise TrialInvalid(path, f"queue.jsonl: {e}") from None
+        raise TrialInvalid(path, f"{QUEUE_LOG}: {e}") from None
     trial = Trial(
         path=path,
         meta=meta,
-        ping=parse_ping(_read(path, "ping.log")),
+        ping=parse_ping(_read(path, PING_LOG)),
         queue=queue,
         intervals=_intervals_frame(getattr(tool, "intervals", None)),
         received_bytes=int(tool.received_bytes),
@@ -195,7 +186,7 @@ def transfer_window(trial: Trial) -> tuple[tuple[float, float], str]:
         start = float(timing["transfer_started_unix"])
         end = float(timing["transfer_ended_unix"])
     except (KeyError, TypeError, ValueError):
-        raise TrialInvalid(trial.path, "no interval lines in receiver.log and meta.json lacks "
+        raise TrialInvalid(trial.path, f"no interval lines in {RECEIVER_LOG} and {META} lacks "
                                        "timing.transfer_started_unix/transfer_ended_unix") from None
     if not end > start:
         raise TrialInvalid(trial.path, f"transfer window is empty ({start} .. {end})")

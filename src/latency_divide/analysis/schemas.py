@@ -1,35 +1,15 @@
-"""Raw trial directories -> typed Parquet tables (results/tables/).
+"""The typed schemas of the Parquet tables under results/tables/ (analysis.tables writes them).
 
 Tables (schema version :data:`SCHEMA_VERSION`, stored in each file's metadata under
 ``latency_divide.schema_version`` together with the table name):
 
 - ``trials.parquet``: one row per valid trial (:data:`TRIALS_SCHEMA`).
-- ``timeseries/{ping,queue,throughput}.parquet``: long format keyed by household_id,
-  direction, variant, repetition and ``t_s`` (seconds since the transfer started).
+- ``exclusions.parquet``: one row per trial left out, with its reason (:data:`EXCLUSIONS_SCHEMA`).
+- ``timeseries/{ping,queue,throughput}.parquet``: long format keyed by definition_id,
+  household_id, direction, variant, repetition and ``t_s`` (seconds since the transfer started).
 - ``summary.parquet``: per price_bucket x direction x variant, the household count and the mean
   with a 95 % confidence interval (Student t over households, repetitions averaged within a
   household first) of ``norm_tput`` and ``self_delay_mean_ms``.
-
-The transfer window ("during the transfer", EXPERIMENT.md "Measurements"):
-when the receiver log has interval lines, the window is from the receiver's first stream byte
-(first interval's ``t_unix - elapsed_s``) to the last interval line's ``t_unix``: these are
-stamped by the receiver itself at the data, whereas meta.json's ``transfer_started_unix`` /
-``transfer_ended_unix`` bracket the tool's process (connection set-up and teardown included).
-Without interval lines (tperf) the meta.json timing is used. The source is recorded per trial
-in the ``window_source`` column.
-
-Idle period: pings with ``t_unix`` before the window start; ``base_rtt_measured_ms`` is their
-minimum RTT. Pings and queue samples with ``t_unix`` inside the window are "during the
-transfer".
-
-Before anything is parsed, :func:`build_tables` checks every trial directory
-(latency_divide.integrity: DVC pins, raw format, identity); a finding stops it with an error
-naming the trial and the file, and no table is written. A trial that is intact but invalid by its
-own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
-queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
-:func:`collect` leaves it out of the measurement tables, lists it with its reason in
-``exclusions.parquet`` and warns (:class:`TrialSkipped`). Zero valid trials is an error, and so
-are trials of one variant measured under different definitions (they are not one experiment).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The ``latency-divide`` command line.
 
 Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
-add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
-status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+add one, write the two functions (in the module of its stage: cli.data, cli.testbed, cli.ops,
+cli.analysis) and one line in ``COMMANDS``. ``run(args)`` returns the exit status; domain
+errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The ``latency-divide`` command line.
+"""Subcommands on the results: ``summarize`` (one trial's row of the trials table),
+``copa-rtt`` (what mvfst's Copa takes for queueing delay, from tperf's qlog), ``compare`` (runs'
+summary tables side by side) and ``trace`` (a figure's provenance, verified).
 
-Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
-add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
-status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from latency_divide.errors import ConfigError
 
 
 def _summarize_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trial_dir", help="a trial directory (results/raw/HOUSEHOLD/DIRECTION/VARIANT/repR)")
+    p.add_argument("trial_dir", help="a trial directory "
+                   "(results/raw/DEFINITION/HOUSEHOLD/DIRECTION/VARIANT/repR)")
     p.add_argument("--json", action="store_true", help="print the row as JSON")
 
 

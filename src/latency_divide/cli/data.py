@@ -1,8 +1,8 @@
-"""The ``latency-divide`` command line.
+"""Subcommands on the household data: ``household`` (one household's link profile), ``sample``
+(a seeded weighted draw from a price bucket) and ``linkplan`` (a household's tc and delay
+commands).
 
-Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
-add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
-status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The ``latency-divide`` command line.
+"""Subcommands on the raw data: ``verify`` (the files against dvc.lock), ``publish`` (record
+results/raw in dvc.lock and push it to the published remote) and ``migrate`` (format-1 trials
+into the definition layout).
 
-Subcommands are registered in ``COMMANDS``: a name -> (help, add_arguments, run) entry; to
-add one, write the two functions and one line in ``COMMANDS``. ``run(args)`` returns the exit
-status; domain errors (LatencyDivideError) become one ``error: ...`` line and exit status 1.
+Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import argparse
 import sys
 
 from latency_divide import limits
+from latency_divide.paths import RAW
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", nargs="?", default="results/raw",
+    p.add_argument("path", nargs="?", default=RAW.as_posix(),
                    help="tracked data to check: results/raw (default), a household or trial "
                    "directory under it")
     p.add_argument("--repo", help="the DVC repository (default: the one containing PATH)")
@@ -45,7 +46,7 @@ def _publish(args) -> int:
     from latency_divide.ops.publish import publish
 
     limits.check("limit_mb", args.limit_mb, "--limit-mb")
-    findings = check_raw_tree("results/raw", ".", keep_published=not args.replace_published)
+    findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published)
     if findings:
         raise DataIntegrityError(findings)
     publish(".", remote=args.remote, limit_bytes=int(args.limit_mb * 1_000_000),
@@ -54,7 +55,7 @@ def _publish(args) -> int:
 
 
 def _migrate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--raw", default="results/raw", help="raw data root (default results/raw)")
+    p.add_argument("--raw", default=RAW.as_posix(), help="raw data root (default results/raw)")
     p.add_argument("--config", default="config/config.yaml",
                    help="the configuration the trials ran under (its hash must be the one they "
                         "recorded)")

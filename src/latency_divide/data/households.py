@@ -1,16 +1,15 @@
-"""Households: the link profiles of the vendored "digital divide" data set.
+"""Households: the link profiles of the vendored "digital divide" data set, in our units.
 
-The CSV (resources/digitaldivide/household-internet-data.csv, see its README for units) has
-one row per household and measurement year. Like the original tool, a household ID means
-the LAST row with that ``unit_id`` in file order.
+A :class:`Household` is the last data row with its ID (data.source), converted:
 
-Unit conversions (the data set's units -> ours):
-- ``medianUp``/``medianDown`` are bytes/s; kbit/s = value * 0.008, truncated to an int.
-  We compute it as ``floor(value * 8 / 1000)``, which is correctly rounded even when the
-  product is a whole number (0.008 has no exact binary form); on every row of the data set
-  it equals ``int(value * 0.008)`` (tests/test_households.py checks this).
+- ``medianUp``/``medianDown`` are bytes/s; kbit/s = value * 0.008, truncated to an int
+  (data.source.kbit_from_bytes_per_s).
 - ``medianLatency`` and the jitters are microseconds; ms = value / 1000.
 - ``medianLoss`` is a percentage; ``monthly.charge`` US dollars; ``advertised.*`` Mbit/s.
+
+``price_bucket`` names the configured bucket holding the price (data.buckets). The workflow
+writes one record per household (results/households/{id}.json) and all of them as
+results/tables/households.parquet.
 """
 
 from __future__ import annotations

@@ -1,16 +1,15 @@
-"""Households: the link profiles of the vendored "digital divide" data set.
+"""The vendored "digital divide" data set, read once: its rows, and household IDs.
 
 The CSV (resources/digitaldivide/household-internet-data.csv, see its README for units) has
 one row per household and measurement year. Like the original tool, a household ID means
-the LAST row with that ``unit_id`` in file order.
+the LAST row with that ``unit_id`` in file order (:func:`unique_rows`). Rows are read as the
+data set gives them (its units); data.households makes records in ours.
 
-Unit conversions (the data set's units -> ours):
-- ``medianUp``/``medianDown`` are bytes/s; kbit/s = value * 0.008, truncated to an int.
-  We compute it as ``floor(value * 8 / 1000)``, which is correctly rounded even when the
-  product is a whole number (0.008 has no exact binary form); on every row of the data set
-  it equals ``int(value * 0.008)`` (tests/test_households.py checks this).
-- ``medianLatency`` and the jitters are microseconds; ms = value / 1000.
-- ``medianLoss`` is a percentage; ``monthly.charge`` US dollars; ``advertised.*`` Mbit/s.
+``medianUp``/``medianDown`` are bytes/s; :func:`kbit_from_bytes_per_s` gives kbit/s =
+value * 0.008, truncated to an int. We compute it as ``floor(value * 8 / 1000)``, which is
+correctly rounded even when the product is a whole number (0.008 has no exact binary form);
+on every row of the data set it equals ``int(value * 0.008)`` (tests/test_households.py checks
+this).
 """
 
 from __future__ import annotations
@@ -20,15 +19,9 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from latency_divide.errors import HouseholdError
 from latency_divide.paths import HOUSEHOLD_DATA
-
-if TYPE_CHECKING:  # pragma: no cover
-
-    pass
-
 
 #: The vendored data set (the package is installed editable from the repository).
 DEFAULT_DATA = HOUSEHOLD_DATA

@@ -50,10 +50,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from latency_divide.data.households import Household
 
 
-
-
-
-
 #: htb class and bfifo handles (the queue monitor finds the bottleneck FIFO by them).
 HTB_CLASS = "1:3"
 

@@ -90,7 +90,7 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
                     busy_s: float = 65.0) -> int:
-    """The ``host_load`` a trial asks for, from its link plan (latency_divide.linkplan)."""
+    """The ``host_load`` a trial asks for, from its link plan (links.plan)."""
     cores = trial_cores(plan.shaper(direction).rate_kbit, plan.rtt_ms, window_bytes, tool,
                         testbed, busy_s)
     return host_load(cores, cpu_count)

@@ -1,4 +1,4 @@
-"""Integrity of DVC-tracked raw data: check the files on disk against what DVC recorded.
+"""What DVC recorded, read without DVC: the tracked outputs, their manifests, the object stores.
 
 DVC records a tracked directory (``results/raw``, an out of stage ``trials`` in dvc.yaml) in
 dvc.lock as one hash ``<md5>.dir``: the md5 of a JSON manifest that lists every file of the
@@ -6,11 +6,10 @@ directory with its own md5 (``[{"md5": ..., "relpath": ...}, ...]``). The manife
 stored in the DVC cache and in every remote under ``files/md5/<2 hex>/<30 hex>.dir``; the
 published remote ``dvc-remote/`` is committed to git, so a fresh clone always has it.
 
-``verify`` reads dvc.lock (and ``*.dvc`` files), loads the manifest (local cache first, then
-the local remotes of .dvc/config), checks the manifest's own md5 against the lock, and then
-every file: missing, corrupted (md5 differs) or not tracked (on disk, not in the manifest).
-``trial_files`` resolves trial directories to their DVC-tracked files for
-``latency-divide trace``.
+:func:`tracked_outs` reads dvc.lock (and ``*.dvc`` files); :func:`object_dirs` lists where
+objects may be (the local cache first, then the local remotes of .dvc/config);
+:func:`load_manifest` loads a directory's manifest and checks its own md5 against the lock.
+Their users: ops.verify, ops.publish and analysis.integrity.
 """
 
 from __future__ import annotations
@@ -25,11 +24,13 @@ import yaml
 
 from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import hash_file
+from latency_divide.paths import FIGURES, RAW, RESULTS, TABLES
 
 LOCK_FILE = "dvc.lock"
 
 
-DEFAULT_PATH = "results/raw"
+#: The tracked raw data (the out of stage ``trials``).
+DEFAULT_PATH = RAW.as_posix()
 
 
 DIR_SUFFIX = ".dir"
@@ -114,8 +115,8 @@ _NO_DVC_FILES = {".dvc", ".git", "dvc-remote", ".venv", "target", ".snakemake", 
                  "__pycache__"}
 
 
-_NO_DVC_FILES_BELOW = {"results/raw", "results/tables", "results/figures", "results/households",
-                       "results/links", "results/provision"}
+_NO_DVC_FILES_BELOW = {p.as_posix() for p in (RAW, TABLES, FIGURES, RESULTS / "households",
+                                                RESULTS / "links", RESULTS / "provision")}
 
 
 def _dvc_files(repo: Path) -> list[Path]:

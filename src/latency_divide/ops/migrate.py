@@ -17,10 +17,12 @@ from pathlib import Path
 from latency_divide.config import config_hash, load_config
 from latency_divide.errors import LatencyDivideError
 from latency_divide.trial import definition
+from latency_divide.trial.layout import META
 
 
 def legacy_trials(raw_root: Path | str) -> list[Path]:
-    return sorted(p.parent for p in Path(raw_root).glob("[0-9]*/*/*/rep*/meta.json"))
+    """Every trial directory of the format-1 layout under ``raw_root``."""
+    return sorted(p.parent for p in Path(raw_root).glob(f"[0-9]*/*/*/rep*/{META}"))
 
 
 def migrate(raw_root: Path | str, config: dict, *, dry_run: bool = False) -> list[tuple[Path, Path]]:
@@ -30,7 +32,7 @@ def migrate(raw_root: Path | str, config: dict, *, dry_run: bool = False) -> lis
     want_hash = config_hash(config)
     moves, problems = [], []
     for d in legacy_trials(raw_root):
-        meta = json.loads((d / "meta.json").read_text())
+        meta = json.loads((d / META).read_text())
         if meta.get("config_hash") != want_hash:
             problems.append(f"{d}: recorded config_hash {str(meta.get('config_hash'))[:12]}, "
                             f"the given config hashes to {want_hash[:12]}")

@@ -1,16 +1,10 @@
-"""Integrity of DVC-tracked raw data: check the files on disk against what DVC recorded.
+"""Publishing the raw data (`latency-divide publish`): record it in dvc.lock, push it to the
+local remote committed to git, and keep that remote within its size limit.
 
-DVC records a tracked directory (``results/raw``, an out of stage ``trials`` in dvc.yaml) in
-dvc.lock as one hash ``<md5>.dir``: the md5 of a JSON manifest that lists every file of the
-directory with its own md5 (``[{"md5": ..., "relpath": ...}, ...]``). The manifest itself is
-stored in the DVC cache and in every remote under ``files/md5/<2 hex>/<30 hex>.dir``; the
-published remote ``dvc-remote/`` is committed to git, so a fresh clone always has it.
-
-``verify`` reads dvc.lock (and ``*.dvc`` files), loads the manifest (local cache first, then
-the local remotes of .dvc/config), checks the manifest's own md5 against the lock, and then
-every file: missing, corrupted (md5 differs) or not tracked (on disk, not in the manifest).
-``trial_files`` resolves trial directories to their DVC-tracked files for
-``latency-divide trace``.
+:func:`plan_publish` counts what a push would add to the remote (objects not there yet, from
+the local cache); :func:`publish` commits the stage, refuses, pushing nothing, when the remote
+would exceed :data:`PUBLISH_LIMIT_BYTES`, pushes and checks that the remote holds every object.
+The command first checks the whole raw tree (analysis.integrity.check_raw_tree).
 """
 
 from __future__ import annotations

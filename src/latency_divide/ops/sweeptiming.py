@@ -13,7 +13,8 @@ number of trials running at once. From these:
   trial's end and the next job's start: the scheduler, Snakemake's bookkeeping), and how
   long each number of trials ran at once.
 
-Standard library only: ``bench/bench_sweep_timing.py`` prints it for any raw directory.
+Standard library only (and the raw layout, trial.layout): ``bench/bench_sweep_timing.py``
+prints it for any raw directory.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from latency_divide.trial.layout import ID_PREFIX, META
 
 #: per-trial phases, in order, with what they contain
 PHASES = (
@@ -86,9 +89,9 @@ def _median(xs):
 def sweep_timing(raw_root: Path, slots: int | None = None) -> dict:
     """The timing summary of every trial under ``raw_root`` (its def-*/*/*/*/rep*/meta.json).
     ``slots`` is the N of ``--cores N``; by default the most trials seen running at once."""
-    metas = sorted(Path(raw_root).glob("def-*/*/*/*/rep*/meta.json"))
+    metas = sorted(Path(raw_root).glob(f"{ID_PREFIX}*/*/*/*/rep*/{META}"))
     if not metas:
-        raise FileNotFoundError(f"no trial meta.json under {raw_root}")
+        raise FileNotFoundError(f"no trial {META} under {raw_root}")
     trials = [trial_timing(m) for m in metas]
     starts = sorted(tt.job_start for tt in trials)
     ends = sorted(tt.end for tt in trials)

@@ -1,16 +1,10 @@
-"""Integrity of DVC-tracked raw data: check the files on disk against what DVC recorded.
+"""Integrity of DVC-tracked raw data: check the files on disk against what DVC recorded
+(`latency-divide verify`).
 
-DVC records a tracked directory (``results/raw``, an out of stage ``trials`` in dvc.yaml) in
-dvc.lock as one hash ``<md5>.dir``: the md5 of a JSON manifest that lists every file of the
-directory with its own md5 (``[{"md5": ..., "relpath": ...}, ...]``). The manifest itself is
-stored in the DVC cache and in every remote under ``files/md5/<2 hex>/<30 hex>.dir``; the
-published remote ``dvc-remote/`` is committed to git, so a fresh clone always has it.
-
-``verify`` reads dvc.lock (and ``*.dvc`` files), loads the manifest (local cache first, then
-the local remotes of .dvc/config), checks the manifest's own md5 against the lock, and then
+:func:`verify` loads the manifests of the outputs covering a path (ops.dvcstore) and checks
 every file: missing, corrupted (md5 differs) or not tracked (on disk, not in the manifest).
-``trial_files`` resolves trial directories to their DVC-tracked files for
-``latency-divide trace``.
+:func:`trial_files` resolves trial directories to their DVC-tracked files for
+`latency-divide trace` (:func:`format_dvc_trace`).
 """
 
 from __future__ import annotations
@@ -28,6 +22,7 @@ from latency_divide.ops.dvcstore import (
     md5_file,
     tracked_outs,
 )
+from latency_divide.trial.layout import META
 
 
 @dataclass
@@ -199,8 +194,8 @@ def format_dvc_trace(record: dict, root: Path | str = ".", files: bool = False) 
         if r.out is None:
             out_lines.append(f"  {r.path}  NOT TRACKED by DVC")
             continue
-        meta = r.files.get("meta.json")
-        tail = f"meta.json md5 {meta}" if meta else "not in the DVC manifest"
+        meta = r.files.get(META)
+        tail = f"{META} md5 {meta}" if meta else "not in the DVC manifest"
         out_lines.append(f"  {r.path}  ({len(r.files)} DVC-tracked files; {tail})")
         if files:
             for name, md5 in r.files.items():

@@ -1,2 +1,3 @@
 """Pure parsers of raw measurement output: ``ping`` (ping.py), the bottleneck queue samples
-(queue.py) and the traffic tool's log (tool.py: tquic-perf and mvfst tperf)."""
+(queue.py), the traffic tool's log (tool.py: tquic-perf and mvfst tperf) and mvfst's qlog
+(qlog.py: the RTT samples its Copa sees)."""

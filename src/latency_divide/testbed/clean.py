@@ -1,6 +1,7 @@
 """Remove exactly our leftovers: namespaces named ``ld-<tag>-<role>`` whose owning process
 is gone (and the processes inside them, by the PIDs the kernel lists for those namespaces),
 plus stale owner records. Safe to run any number of times; never touches other names.
+(SSH trials: testbed.ssh.clean; abandoned temporary trial directories: trial.run.)
 """
 
 from __future__ import annotations

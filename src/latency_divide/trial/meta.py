@@ -1,14 +1,6 @@
-"""One trial: (household, direction, variant, repetition) on a fresh topology.
-
-Lifecycle (flent's habit): ``check`` finds every program and fails before anything starts;
-``run`` builds the topology, starts the sender, the queue sampler and the ping, waits the
-idle baseline, runs the receiver for the configured duration, stops everything by PID and
-collects; the trial directory is built in a temporary directory beside its final place and
-renamed only when complete (see /docs in README: "Raw data").
-
-Roles (EXPERIMENT.md): the traffic tool's *server* sends. Downlink: the sender runs on the
-server node and the receiver (the tool's client) on the client node; uplink: the reverse.
-"""
+"""What a trial records about its host and its own cost (meta.json): host facts, the start
+time of the job's process, CPU busy share and CPU seconds by component, trials running at once
+(live topologies), timestamps."""
 
 from __future__ import annotations
 

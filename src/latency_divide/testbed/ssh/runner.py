@@ -1,24 +1,10 @@
-"""The remote testbed: the paper's four nodes (server, gateway, delay, client) reached over
-SSH with Fabric, e.g. a CloudLab ``copa-delay-gw`` experiment or a FABRIC slice.
+"""The Runner interface (testbed.runners) on one SSH node.
 
-- :func:`connect` opens a Fabric connection whose host key is verified against known_hosts
-  (paramiko ``RejectPolicy``) unless the inventory opts out (``insecure_host_keys: true``).
-- :class:`FabricRunner` implements the Runner interface (runners.py) on one node: argv lists
-  are quoted with ``shlex.join`` (never glued from strings), prefixed with ``sudo -n`` when
-  the login user is not root. ``start()`` launches the process detached (``setsid``) with its
-  stdout/stderr in remote files and returns its PID; ``stop()`` signals exactly that PID and
-  fetches the files to the local paths given to ``start()``.
-- :class:`SshTestbed` is the testbed interface of trial.py (``check``/``open``), for one slice
-  of an inventory: it discovers the data-plane interfaces (``ip route get``), applies the link
-  plan (htb+bfifo on the gateway, netem or the delay line on the delay node) and restores the
-  nodes afterwards. PIDs and changed devices are kept in a local state file
-  (``/run/latency-divide/ssh/<tag>.json``) so ``latency-divide clean`` can undo an
-  interrupted trial (:func:`clean_remote`).
-- :func:`provision_node` installs packages and uploads our tools (rules/provision.smk).
-
-Errors name the host and the step. :class:`SshSetupError` (wrong key, unknown host key, no
-sudo, missing interface, node not provisioned) is not retried; :class:`SshError` (refused,
-timed out, connection dropped) is, by the trial runner's retry loop.
+Argv lists are quoted with ``shlex.join`` (never glued from strings) and prefixed with
+``sudo -n`` when the login user is not root. ``start()`` launches a process detached
+(``setsid``) with its stdout/stderr in remote files and returns its PID; ``stop()`` signals
+exactly that PID and fetches the files to the local paths given to ``start()``; a dropped
+connection is re-opened, so a trial's processes outlive its control connection.
 """
 
 from __future__ import annotations
