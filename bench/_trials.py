@@ -1,6 +1,6 @@
 """Shared by the trial benchmarks: run `latency-divide trial` processes (one per trial, as
 Snakemake's trial jobs do) either N at a time or admitted by CPU budget exactly as the
-workflow admits them (latency_divide.admission), and read the results back."""
+workflow admits them (latency_divide.ops.admission), and read the results back."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Topology: the project's four-namespace line (src/latency_divide/testbed/local.py
 and removed in `finally`; the delay is the userspace delay line (netem where available).
 Per variant: tquic-perf server (the sender) on the server node, client on the client node
 (downlink), `ping -D -O -n -i 0.1` client -> server from 2 s before the transfer to its
-end, and the gateway's bfifo sampled every 100 ms (latency_divide.qsampler). Printed per
+end, and the gateway's bfifo sampled every 100 ms (latency_divide.testbed.qsampler). Printed per
 variant (medians over REPS runs of the per-run figures):
 
 - goodput_kbps (client's summary, SI), norm = goodput / rate;

@@ -5,7 +5,7 @@ For a fixed set of trials (default: 8 households, two per price bucket, the pape
 variants, both directions = 64 trials) this runs
   A. every trial alone, one after the other;
   B. the same trials admitted by CPU budget exactly as `snakemake --cores 1 all` admits them
-     (latency_divide.admission, budget from profiles/default/config.yaml), or N at a time
+     (latency_divide.ops.admission, budget from profiles/default/config.yaml), or N at a time
      with --n;
   C. a subset alone again, to measure run-to-run noise;
 and prints per variant the median and p95 of |B - A| and |C - A| for normalized throughput
