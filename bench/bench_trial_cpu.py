@@ -10,7 +10,7 @@ trial job's own Python process). This benchmark
         CPU budget as the workflow does, and prints per component the median CPU seconds per
         trial and mean cores (CPU seconds per second of trial wall time), then fits the
         admission model (CPU once per trial, plus running cores = base + per_mbit x carried
-        Mbit/s) to the alone trials and prints it beside latency_divide.admission's constants;
+        Mbit/s) to the alone trials and prints it beside latency_divide.ops.admission's constants;
   raw   prints the same table for trials already on disk (for example a sweep:
         ``bench/bench_trial_cpu.py raw results/raw --since 2026-11-23T12:00``).
 
@@ -72,7 +72,7 @@ def table(rows: dict, label: str) -> dict:
 
 
 def fit(rows: dict) -> None:
-    """Fit latency_divide.admission's model to the trials: the once-per-trial CPU (job and
+    """Fit latency_divide.ops.admission's model to the trials: the once-per-trial CPU (job and
     commands, median) and a least-squares line of the running cores (every other component
     per second of wall time) against the carried Mbit/s."""
     fixed, xs, ys = [], [], []
