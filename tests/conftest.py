@@ -1,14 +1,70 @@
-"""Shared test helpers (keep small): repository paths."""
+"""Shared test helpers (keep small): the repository root, and the one gate for tests that need
+root and network namespaces.
 
+ROOT is the checkout under test (this file's tests/..); every test finds the repository's files
+(config/, .venv/bin, target/release, resources/, tests/data/) from it, as
+``from conftest import ROOT`` (or VENV_BIN, TEST_DATA, DATA_CSV) or the ``root`` fixture, and
+nowhere else (tests/test_layout.py checks).
+
+The gate is the ``netns`` marker (registered in pyproject.toml): a test marked
+``@pytest.mark.netns`` (or a module with ``pytestmark = pytest.mark.netns``) is skipped, with
+the reason, when the process is not root or the kernel refuses a new network namespace; its
+fixtures are not set up then. As root, a missing ``ip`` is a broken setup, not a reason to
+skip: those tests fail, naming scripts/setup.sh. Tests that need no namespace must not carry
+the marker (they would be skipped for nothing).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]  # test_layout.py runs the gate below in a session of its own
+
+#: The checkout under test.
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
+#: Captured tool output (ping, qlog, queue, tool) and fixture trials (trials).
+TEST_DATA = ROOT / "tests" / "data"
 DATA_CSV = ROOT / "resources" / "digitaldivide" / "household-internet-data.csv"
 
 
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@functools.cache
+def netns_skip_reason() -> str | None:
+    """Why tests marked ``netns`` cannot run on this machine, or None if they can."""
+    if sys.platform != "linux":
+        return "needs Linux network namespaces"
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, tc)"
+    # A namespace of no name, gone with the process: nothing to clean up, nothing another
+    # test's `latency-divide clean` could see. util-linux is Essential on Debian/Ubuntu.
+    unshare = shutil.which("unshare")
+    if unshare is not None:
+        p = subprocess.run([unshare, "--net", "true"], capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            return f"this kernel or container refuses a network namespace: {p.stderr.strip()}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The gate: runs before the test's fixtures are set up."""
+    if item.get_closest_marker("netns") is None:
+        return
+    reason = netns_skip_reason()
+    if reason is not None:
+        pytest.skip(f"netns: {reason}")
+    if shutil.which("ip") is None:
+        pytest.fail("netns: `ip` (iproute2) is missing: run scripts/setup.sh (it installs it)",
+                    pytrace=False)

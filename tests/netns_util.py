@@ -1,13 +1,14 @@
-"""Helpers for tests that need root and network namespaces."""
+"""Helpers for tests that run in network namespaces (the gate itself is the ``netns`` marker,
+in conftest.py)."""
 
-import os
 import shutil
 
 import pytest
 from latency_divide.testbed.netns import existing_namespaces
 
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+#: Deprecated alias of the ``netns`` marker, kept until no test file imports it: the marker is
+#: the gate (conftest.py). Write ``@pytest.mark.netns``.
+needs_root = pytest.mark.netns
 
 
 def our_namespaces(tag: str) -> list[str]:

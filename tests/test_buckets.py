@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from latency_divide.config import load_config
 from latency_divide.data.buckets import (
     DEFAULT_BUCKETS,
     PAPER_IDS,
@@ -19,14 +20,54 @@ from latency_divide.errors import ConfigError
 from latency_divide.data.households import get_household
 from latency_divide.data.source import load_rows
 
+from conftest import ROOT
 
-def test_paper_ids_fall_in_their_buckets():
-    by_bucket = resolve_buckets(DEFAULT_BUCKETS, seed=1)
-    assert sum(len(v) for v in by_bucket.values()) == 38
-    for name, ids in by_bucket.items():
-        assert ids == list(PAPER_IDS[name])
-        for hid in ids:
-            assert get_household(hid).price_bucket == name
+#: The paper's published sample (EXPERIMENT.md, "Households"): 38 households, in the paper's
+#: order. Written out, not taken from PAPER_IDS: the code, the config and the data must all
+#: agree with it, so a change to any of them that changes the default run fails here.
+PAPER_SAMPLE = {
+    "0-30": [799254, 11406, 13570, 7884, 797760, 13013, 28928, 9747, 799322, 32648],
+    "30-40": [9254, 615514, 615016, 12512, 6046, 216020, 10232, 10428, 10373, 615520],
+    "40-50": [27082, 5781, 12334, 619832, 1290, 12491, 9960, 13133, 215248],
+    "50+": [8268, 214030, 5749, 12430, 27337, 11750, 734, 32501, 12251],
+}
+#: The weighted draw (seed 1, the default config's seed) of as many households per default
+#: bucket as the paper took: pinned, so a change of the sampling code or of the data's prices
+#: or weights that changes a seeded sample fails here (see sample_bucket's docstring).
+SEED1_SAMPLE = {
+    "0-30": [32648, 615040, 5554, 6140, 7998, 625902, 626752, 1249, 632968, 12268],
+    "30-40": [619830, 8678, 805080, 214558, 615020, 6813, 10075, 25884, 614988, 1171],
+    "40-50": [621700, 12635, 805068, 12441, 26431, 244878, 28931, 599784, 623966],
+    "50+": [8606, 26999, 8356, 27542, 6556, 706, 6620, 600880, 13611],
+}
+
+
+def test_the_default_households_are_the_papers():
+    assert sum(map(len, PAPER_SAMPLE.values())) == 38
+    assert {name: list(ids) for name, ids in PAPER_IDS.items()} == PAPER_SAMPLE
+    assert [(b.name, b.min_usd, b.max_usd, b.ids, b.sample) for b in DEFAULT_BUCKETS] == [
+        ("0-30", 0, 30, tuple(PAPER_SAMPLE["0-30"]), None),
+        ("30-40", 30, 40, tuple(PAPER_SAMPLE["30-40"]), None),
+        ("40-50", 40, 50, tuple(PAPER_SAMPLE["40-50"]), None),
+        ("50+", 50, None, tuple(PAPER_SAMPLE["50+"]), None),
+    ]
+    assert resolve_buckets(DEFAULT_BUCKETS, seed=1) == PAPER_SAMPLE
+    # the shipped default config runs exactly these, bucket by bucket, in this order
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert {name: list(ids) for name, ids in cfg.households_by_bucket.items()} == PAPER_SAMPLE
+    assert list(cfg.households_by_bucket) == list(PAPER_SAMPLE)
+    # and the data set puts each of them in its bucket (last-row rule)
+    for name, ids in PAPER_SAMPLE.items():
+        assert [get_household(h).price_bucket for h in ids] == [name] * len(ids), name
+
+
+def test_a_seeded_sample_is_pinned():
+    got = {b.name: sample_bucket(b, len(PAPER_SAMPLE[b.name]), seed=1) for b in DEFAULT_BUCKETS}
+    assert got == SEED1_SAMPLE
+    # what a config with `sample:` and the default seed draws is the same draw
+    sampled = [Bucket(b.name, b.min_usd, b.max_usd, None, len(PAPER_SAMPLE[b.name]))
+               for b in DEFAULT_BUCKETS]
+    assert resolve_buckets(sampled, seed=1) == SEED1_SAMPLE
 
 
 def test_half_open_intervals():

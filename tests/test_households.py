@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import DATA_CSV
-from latency_divide.data.buckets import Bucket
+from latency_divide.data.buckets import PAPER_IDS, Bucket
 from latency_divide.errors import HouseholdError
 from latency_divide.data.households import (
     Household,
@@ -142,3 +142,60 @@ def test_record_with_unknown_keys_is_rejected():
     d["extra"] = 1
     with pytest.raises(HouseholdError, match="extra"):
         Household.from_dict(d)
+
+
+#: The link profiles of the paper's 38 households (EXPERIMENT.md's sample, in its order), as
+#: the default run emulates them: (unit_id, $/month, down kbit/s, up kbit/s, RTT ms). Pinned,
+#: so a change of the data set or of its reading that changes the default run fails here
+#: (11406's row is worked out by hand above).
+PAPER_PROFILES = [
+    # $0-30
+    (799254, 14.99, 3562, 1091, 26.2835),
+    (11406, 6.99, 3498, 1150, 67.222),
+    (13570, 14.99, 2106, 1124, 25.199),
+    (7884, 14.99, 3514, 909, 24.7895),
+    (797760, 9.99, 3497, 1154, 26.237),
+    (13013, 14.99, 3205, 1059, 18.655),
+    (28928, 29.95, 4882, 974, 17.166),
+    (9747, 14.99, 3296, 1167, 13.062),
+    (799322, 29.0, 1906, 711, 59.7625),
+    (32648, 9.99, 2287, 1204, 28.128),
+    # $30-40
+    (9254, 39.99, 4523, 933, 33.4095),
+    (615514, 39.95, 3306, 888, 18.812),
+    (615016, 39.95, 3560, 901, 11.845),
+    (12512, 30.49, 2805, 726, 31.761),
+    (6046, 39.99, 11338, 1141, 33.537),
+    (216020, 37.99, 2581, 307, 44.669),
+    (10232, 37.99, 1689, 649, 164.8125),
+    (10428, 37.99, 3694, 726, 49.183),
+    (10373, 30.49, 2803, 732, 39.367),
+    (615520, 39.95, 3504, 898, 24.8585),
+    # $40-50
+    (27082, 42.99, 19109, 6198, 22.724),
+    (5781, 49.99, 15874, 1046, 27.252),
+    (12334, 47.99, 7012, 1153, 10.5625),
+    (619832, 42.99, 12732, 668, 37.06),
+    (1290, 49.99, 16091, 1129, 15.5945),
+    (12491, 49.99, 15872, 1054, 14.941),
+    (9960, 49.95, 7407, 792, 23.888),
+    (13133, 49.99, 18337, 5069, 12.068),
+    (215248, 46.99, 18136, 1873, 29.6885),
+    # $50+
+    (8268, 77.99, 36875, 6133, 25.657),
+    (214030, 77.99, 29101, 5395, 18.383),
+    (5749, 66.95, 29392, 5937, 22.6165),
+    (12430, 59.99, 64925, 4225, 29.2745),
+    (27337, 59.95, 56420, 5709, 17.263),
+    (11750, 67.99, 20469, 2189, 28.1615),
+    (734, 65.0, 22769, 1886, 28.332),
+    (32501, 106.99, 33829, 5618, 36.022),
+    (12251, 67.99, 24582, 2497, 24.946),
+]
+
+
+def test_the_papers_households_are_pinned():
+    assert [p[0] for p in PAPER_PROFILES] == [h for ids in PAPER_IDS.values() for h in ids]
+    got = [(h.unit_id, h.monthly_charge, h.download_kbps, h.upload_kbps, h.rtt_ms)
+           for h in (get_household(p[0]) for p in PAPER_PROFILES)]
+    assert got == PAPER_PROFILES

@@ -104,6 +104,3 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `latency-divide linkplan 1 | head`
         return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

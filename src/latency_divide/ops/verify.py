@@ -9,6 +9,7 @@ every file: missing, corrupted (md5 differs) or not tracked (on disk, not in the
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -151,7 +152,7 @@ def trial_files(trial_paths: list[str], repo: Path | str) -> list[TrialFiles]:
     output covers it or the manifest is not available)."""
     repo = Path(repo)
     outs = [o for o in tracked_outs(repo) if o.is_dir]
-    manifests: dict[str, dict[str, str]] = {}
+    manifests: dict[str, tuple[list[str], dict[str, str]]] = {}  # md5 -> (sorted paths, md5s)
     res = []
     for tp in trial_paths:
         t = PurePosixPath(tp)
@@ -160,14 +161,19 @@ def trial_files(trial_paths: list[str], repo: Path | str) -> list[TrialFiles]:
         if out is not None:
             if out.md5 not in manifests:
                 try:
-                    manifests[out.md5] = load_manifest(repo, out)[0]
+                    entries = load_manifest(repo, out)[0]
                 except DataCheckError:
-                    manifests[out.md5] = {}
+                    entries = {}
+                manifests[out.md5] = (sorted(entries), entries)
+            names, md5s = manifests[out.md5]
             prefix = t.relative_to(PurePosixPath(out.path)).as_posix()
-            for rel, md5 in manifests[out.md5].items():
-                r = PurePosixPath(rel)
-                if prefix == "." or PurePosixPath(prefix) in r.parents:
-                    files[r.relative_to(prefix).as_posix() if prefix != "." else rel] = md5
+            if prefix == ".":
+                files = dict(md5s)
+            else:
+                # the entries below the trial: one contiguous run of the sorted paths
+                lo = bisect.bisect_left(names, prefix + "/")
+                hi = bisect.bisect_left(names, prefix + "0")  # "0" sorts right after "/"
+                files = {n[len(prefix) + 1:]: md5s[n] for n in names[lo:hi]}
         res.append(TrialFiles(path=tp, out=out, files=dict(sorted(files.items()))))
     return res
 
