@@ -6,11 +6,6 @@ import shutil
 import pytest
 from latency_divide.testbed.netns import existing_namespaces
 
-#: Deprecated alias of the ``netns`` marker, kept until no test file imports it: the marker is
-#: the gate (conftest.py). Write ``@pytest.mark.netns``.
-needs_root = pytest.mark.netns
-
-
 def our_namespaces(tag: str) -> list[str]:
     return [n for n in existing_namespaces() if n.startswith(f"ld-{tag}-")]
 

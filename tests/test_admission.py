@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 import yaml
 
 from latency_divide.ops import admission
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import link_plan, make_linkplan
 
-ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 

@@ -8,7 +8,6 @@ ends at layer 2 and delays each direction. Needs root; build the binary first wi
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import shutil
@@ -17,13 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
+from netns_util import require_programs
 
 from latency_divide.errors import CommandError
 from latency_divide.testbed.runners import LocalRunner, wait_for
 
 pytestmark = pytest.mark.netns
 
-ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "delayline"
 ADDR_A = "10.99.0.1"
 ADDR_B = "10.99.0.2"
@@ -67,24 +67,13 @@ else:
 """
 
 
-def _skip_reason() -> str | None:
-    if sys.platform != "linux":
-        return "needs Linux network namespaces"
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, AF_PACKET)"
-    for prog in ("ip", "ethtool", "ping"):
-        if shutil.which(prog) is None:
-            return f"{prog} not installed"
-    if not BINARY.exists():
-        return f"{BINARY} missing: run `cargo build --release -p delayline` first"
-    return None
-
-
 @pytest.fixture(autouse=True)
 def _require_env():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    # root and namespaces: the netns marker (conftest); what the setup installs must be here
+    require_programs("ip", "ethtool", "ping")
+    if not BINARY.exists():
+        pytest.fail(f"{BINARY} missing: run scripts/setup.sh (cargo build --release -p "
+                    "delayline)")
 
 
 class Line:

@@ -2,18 +2,18 @@
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TEST_DATA
 from scipy import stats
 
 from latency_divide.analysis.provenance import verify
 from latency_divide.analysis.tables import build_tables, summary
 from latency_divide.analysis import figures
 
-TRIALS = Path(__file__).parent / "data" / "trials"
+TRIALS = TEST_DATA / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 
 

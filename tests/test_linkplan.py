@@ -2,7 +2,6 @@
 behaviour (htb + bfifo built in a namespace of our own and read back)."""
 
 import json
-import os
 import re
 import secrets
 import shutil
@@ -166,7 +165,6 @@ def test_render_shell_is_valid_sh_with_the_numbers():
 
 # --- the real tc ------------------------------------------------------------------------------
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
 
 @pytest.fixture
@@ -191,7 +189,6 @@ def _qdiscs(r: LocalRunner, dev: str) -> list[dict]:
     return json.loads(r.run(["tc", "-j", "qdisc", "show", "dev", dev]).stdout)
 
 
-@needs_root
 @pytest.mark.netns
 @pytest.mark.parametrize("hid", [11406, 11750, 5819, 676068])
 def test_plan_on_real_tc_is_exact_and_silent(veth_ns, hid):
@@ -212,7 +209,6 @@ def test_plan_on_real_tc_is_exact_and_silent(veth_ns, hid):
             veth_ns.run(argv)
 
 
-@needs_root
 @pytest.mark.netns
 def test_tc_reads_kbit_sizes_as_128_bytes(veth_ns):
     """Why the plan gives the bfifo limit in bytes: the paper's `limit <q>kbit` is not q*125."""
@@ -223,7 +219,6 @@ def test_tc_reads_kbit_sizes_as_128_bytes(veth_ns):
     assert _qdiscs(veth_ns, "ldlpa")[0]["options"]["limit"] == 19326
 
 
-@needs_root
 @pytest.mark.netns
 def test_rendered_gateway_script_applies(veth_ns):
     """The script `latency-divide linkplan` prints, run for real (interfaces given as variables)."""

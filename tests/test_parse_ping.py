@@ -1,14 +1,14 @@
 """parse_ping on real ping -D -O output captured in namespaces (tests/data/ping/capture.py)."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TEST_DATA
 
 from latency_divide.parsers.ping import parse_ping
 
-DATA = Path(__file__).parent / "data" / "ping"
+DATA = TEST_DATA / "ping"
 
 
 def load(name):

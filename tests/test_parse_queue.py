@@ -2,14 +2,14 @@
 (tests/data/queue/capture.py); the qdisc was deleted and re-created mid-capture."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TEST_DATA
 
 from latency_divide.parsers.queue import QueueParseError, drops_per_interval, parse_queue
 
-DATA = Path(__file__).parent / "data" / "queue"
+DATA = TEST_DATA / "queue"
 
 
 @pytest.fixture(scope="module")

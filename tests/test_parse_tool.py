@@ -4,13 +4,13 @@
 
 import gzip
 import re
-from pathlib import Path
 
 import pytest
+from conftest import TEST_DATA
 
 from latency_divide.parsers.tool import Interval, ToolParseError, parse_tool_log
 
-DATA = Path(__file__).parent / "data" / "tool"
+DATA = TEST_DATA / "tool"
 
 
 @pytest.mark.parametrize("name, received, duration_s, printed_mibps", [

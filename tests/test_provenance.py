@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import TEST_DATA
 
 from latency_divide.analysis.provenance import build_sidecar, sidecar_path, verify, write_sidecar
 from latency_divide.analysis.tables import build_tables
@@ -12,7 +13,7 @@ from latency_divide.config import config_hash
 from latency_divide.fsio import sha256_file
 from latency_divide.cli import main as cli_main
 
-TRIALS = Path(__file__).parent / "data" / "trials"
+TRIALS = TEST_DATA / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 
 

@@ -11,18 +11,16 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from latency_divide.testbed import qsampler
 from latency_divide.parsers.queue import parse_queue
 
-from netns_util import needs_root, require_programs
+from conftest import ROOT
+from netns_util import require_programs
 
-pytestmark = pytest.mark.netns
 
-ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 DEV, PEER = "ldqa", "ldqb"
 ADDR, DEST = "10.231.7.1", "10.231.7.2"
@@ -215,7 +213,7 @@ def _view(qdiscs):
     return [{k: q.get(k) for k in KEYS} for q in qdiscs]
 
 
-@needs_root
+@pytest.mark.netns
 def test_sample_once_equals_tc_on_a_real_htb_bfifo_tree(ns):
     blaster = _blast(ns, 60, 2000)  # far over 100 kbit: the bfifo fills and drops
     assert blaster.wait(timeout=30) == 0
@@ -234,7 +232,7 @@ def test_sample_once_equals_tc_on_a_real_htb_bfifo_tree(ns):
     assert fifo[0]["bytes"] > 0 and fifo[0]["packets"] > 0
 
 
-@needs_root
+@pytest.mark.netns
 def test_sampler_process_under_traffic(ns, tmp_path):
     out = tmp_path / "queue.jsonl"
     interval = 0.05

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 import yaml
 
 from latency_divide.config import ToolSettings, Variant
@@ -35,20 +36,17 @@ from latency_divide.testbed.ssh.state import (
 )
 from latency_divide.testbed.ssh.testbed import SshTestbed
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 HOUSEHOLD = 11406  # 3498 kbit/s down, 1150 up, 67.2 ms RTT
 
 
 def _need_lab():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
+    # root and namespaces: the netns marker (conftest); what the setup installs must be here
     if not Path("/usr/sbin/sshd").exists():
-        pytest.skip("needs OpenSSH's sshd (/usr/sbin/sshd)")
+        pytest.fail("needs OpenSSH's sshd (/usr/sbin/sshd): run scripts/setup.sh")
     for b in ("tquic-perf", "delayline"):
         if not (ROOT / "target" / "release" / b).exists():
-            pytest.skip(f"needs target/release/{b} (scripts/setup.sh)")
+            pytest.fail(f"needs target/release/{b}: run scripts/setup.sh")
 
 
 @pytest.fixture(scope="module")
@@ -458,6 +456,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.netns
 def test_a_slice_is_locked_on_its_nodes_against_any_other_run(lab, provisioned, tmp_path):
     """The lock lives on the node (flock there, held by our SSH channel): another checkout,
     or `latency-divide trial --inventory`, is refused with the holder named; the lock goes
@@ -498,6 +497,7 @@ def test_a_slice_is_locked_on_its_nodes_against_any_other_run(lab, provisioned, 
         tb.close()
 
 
+@pytest.mark.netns
 def test_a_work_directory_others_could_write_is_refused(lab, provisioned, tmp_path):
 
     workdir = Path(SshTestbed(provisioned).slice.workdir)
@@ -546,6 +546,7 @@ def test_a_node_rebooted_mid_trial_ends_restored(lab, provisioned, tmp_path):
         assert set(_comms(lab.ns(role)).values()) <= {"sshd"}, role
 
 
+@pytest.mark.netns
 def test_a_changed_host_key_is_refused_naming_the_fix(lab, tmp_path):
     from latency_divide.testbed.ssh.connection import SshSetupError
     from latency_divide.testbed.ssh.testbed import SshTestbed

@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import TEST_DATA
 from scipy import stats
 
 from latency_divide.errors import LatencyDivideError
@@ -24,7 +25,7 @@ from latency_divide.analysis.schemas import KEYS, SCHEMAS, SCHEMA_VERSION, TRIAL
 from latency_divide.analysis.tables import NoValidTrials, build_tables, collect, read_table, summary
 from latency_divide.cli import main as cli_main
 
-TRIALS = Path(__file__).parent / "data" / "trials"
+TRIALS = TEST_DATA / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 
 

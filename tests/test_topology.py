@@ -26,11 +26,11 @@ from latency_divide.errors import LatencyDivideError
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import make_linkplan
 from latency_divide.parsers.ping import parse_ping
-from latency_divide.paths import repo_root
 
-from netns_util import needs_root, our_namespaces, require_programs
+from conftest import ROOT
+from netns_util import our_namespaces, require_programs
 
-DELAYLINE = repo_root() / "target" / "release" / "delayline"
+DELAYLINE = ROOT / "target" / "release" / "delayline"
 
 
 def test_names_carry_prefix_and_fit_linux_limits():
@@ -75,7 +75,6 @@ def _ping(runner, target, count=20, interval=0.05):
     return parse_ping(res.stdout)
 
 
-@needs_root
 @pytest.mark.netns
 @pytest.mark.parametrize("household", [11406, 10232, 9747, 8268])
 def test_idle_rtt_matches_household_within_1ms(household):
@@ -96,7 +95,6 @@ def test_idle_rtt_matches_household_within_1ms(household):
     assert our_namespaces(topo.tag) == []
 
 
-@needs_root
 @pytest.mark.netns
 def test_teardown_removes_everything_even_after_a_failure():
     plan = make_linkplan(get_household(11406), 2.0, mechanism="delayline")
@@ -108,7 +106,6 @@ def test_teardown_removes_everything_even_after_a_failure():
     assert not topo.owner_file.exists()
 
 
-@needs_root
 @pytest.mark.netns
 def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     # A topology whose owner dies without tearing down: a child process builds it, then
@@ -132,7 +129,7 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     live._start_delayline = lambda ports: None
     try:
         live.up()
-        out = subprocess.run([str(repo_root() / ".venv/bin/latency-divide"), "clean"],
+        out = subprocess.run([str(ROOT / ".venv/bin/latency-divide"), "clean"],
                              capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert our_namespaces(dead_tag) == []
@@ -146,7 +143,6 @@ def test_clean_removes_only_dead_owners_leftovers_and_is_idempotent(tmp_path):
     assert our_namespaces(live.tag) == []
 
 
-@needs_root
 @pytest.mark.netns
 def test_clean_skips_a_malformed_owner_record_and_cleans_the_rest(tmp_path, monkeypatch):
     """A record it cannot trust (not JSON, pid 0 or -1: os.kill(-1, 0) would ask about every
@@ -176,7 +172,6 @@ def test_clean_skips_a_malformed_owner_record_and_cleans_the_rest(tmp_path, monk
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-@needs_root
 @pytest.mark.netns
 def test_the_netem_probe_owns_its_namespace_like_every_other(tmp_path, monkeypatch):
     monkeypatch.setattr(netns, "STATE_DIR", tmp_path)

@@ -22,12 +22,12 @@ from latency_divide.testbed.netns import SERVER_ADDR
 from latency_divide.links.plan import LinkPlan, link_plan
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.testbed.runners import LocalRunner, wait_for
-from latency_divide.paths import repo_root
 
-from netns_util import needs_root, our_namespaces, require_programs
+from conftest import ROOT
+from netns_util import our_namespaces, require_programs
 
-TOOL = repo_root() / "target" / "release" / "tquic-perf"
-DELAYLINE = repo_root() / "target" / "release" / "delayline"
+TOOL = ROOT / "target" / "release" / "tquic-perf"
+DELAYLINE = ROOT / "target" / "release" / "delayline"
 
 RATE_KBIT = 4000
 RTT_MS = 20.0
@@ -121,7 +121,6 @@ def test_unresolvable_host(tool):
 # real transfers over the shaped topology
 # ------------------------------------------------------------------------------------------
 
-@needs_root
 @pytest.mark.netns
 @pytest.mark.parametrize("cc", ["cubic", "copa", "bbr", "bbr3"])
 def test_five_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_path, cc):
@@ -167,7 +166,6 @@ def test_five_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_pa
     assert "connection closed peer=10.10.2.2:" in (tmp_path / "sender.log").read_text()
 
 
-@needs_root
 @pytest.mark.netns
 def test_vanished_server_ends_the_client_with_an_error(topo, tool, tmp_path):
     server = start_server(topo, tool, tmp_path, "-congestion", "cubic")
@@ -197,7 +195,6 @@ def test_vanished_server_ends_the_client_with_an_error(topo, tool, tmp_path):
     assert not (tmp_path / "receiver.json").exists()
 
 
-@needs_root
 @pytest.mark.netns
 def test_unreachable_host_is_an_error(topo, tool):
     # 10.10.2.77 is on the client's subnet but nobody has it: ARP fails, the kernel reports
@@ -212,7 +209,6 @@ def test_unreachable_host_is_an_error(topo, tool):
     assert time.monotonic() - t0 < 15
 
 
-@needs_root
 @pytest.mark.netns
 def test_sigterm_ends_an_idle_server_with_exit_code_0(topo, tool, tmp_path):
     server = start_server(topo, tool, tmp_path)

@@ -24,17 +24,14 @@ from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.trial.rawio import read_text
 from latency_divide.testbed.runners import pid_alive
 from latency_divide.trial.spec import TrialSpec
-from latency_divide.paths import repo_root
 from latency_divide.trial.run import run_trial
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
 
-from netns_util import needs_root
+from conftest import ROOT, VENV_BIN
 
-pytestmark = [needs_root, pytest.mark.netns]
+pytestmark = pytest.mark.netns
 
-ROOT = repo_root()
-VENV_BIN = ROOT / ".venv" / "bin"
 BIG_WINDOW = 16 * 1024 * 1024  # flow control out of the way: the link is the bottleneck
 EXPECTED_FILES = {"meta.json", "receiver.log.gz", "sender.log", "ping.log.gz", "queue.jsonl.gz"}
 

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from latency_divide.runners import LocalRunner
+from latency_divide.testbed.runners import LocalRunner
 
 HERE = Path(__file__).resolve().parent
 
