@@ -13,6 +13,7 @@ schedules new trials and a code edit or an unrelated key none; dvc.lock is curre
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import re
@@ -25,6 +26,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
+from latency_divide.config import load_config
+from latency_divide.trial.sweep import trial_ids
 from test_dvc import _env as dvc_env
 from test_dvc import job_counts, run
 
@@ -185,22 +188,31 @@ def _dry_run(clone: Path, env, cfg: dict | None = None) -> dict[str, int]:
     return job_counts(p.stdout + p.stderr)
 
 
-@pytest.mark.parametrize("change", [
-    ("qfactor", 3), ("trial.duration_s", 30), ("tool.window_bytes", 1 << 22),
-    ("trial.ping_interval_s", 0.1), ("testbed.delay", "delayline"), ("tool.args", ["-x=1"]),
-])
-def test_a_trial_shaping_change_schedules_every_affected_trial_anew(pulled, change):
-    clone, env = pulled["clone"], pulled["env"]
-    key, value = change
-    cfg = _config(clone)
+def _changed(cfg: dict, key: str, value) -> dict:
+    cfg = copy.deepcopy(cfg)
     node = cfg
     *parents, leaf = key.split(".")
     for k in parents:
         node = node[k]
     node[leaf] = value
+    return cfg
+
+
+def test_a_trial_shaping_change_schedules_every_affected_trial_anew(pulled):
+    """Snakemake schedules all 304 trials anew after a qfactor change (a dry run, nothing
+    measured or touched); every other setting that shapes a trial does the same by the same
+    means: it changes every trial's definition id, the first part of its path."""
+    clone, env = pulled["clone"], pulled["env"]
+    cfg = _config(clone)
     before = raw_state(clone)
-    assert _dry_run(clone, env, cfg).get("trial") == 304
+    assert _dry_run(clone, env, _changed(cfg, "qfactor", 3)).get("trial") == 304
     assert raw_state(clone) == before
+    published = {t[0] for t in trial_ids(load_config(cfg))}
+    for key, value in [("trial.duration_s", 30), ("tool.window_bytes", 1 << 22),
+                       ("trial.ping_interval_s", 0.1), ("testbed.delay", "delayline"),
+                       ("tool.args", ["-x=1"])]:
+        ids = [t[0] for t in trial_ids(load_config(_changed(cfg, key, value)))]
+        assert len(ids) == 304 and not published & set(ids), key
 
 
 def test_a_delta_change_reruns_that_variant_only(pulled):
@@ -288,9 +300,6 @@ def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pull
     for f, b in saved.items():  # as pulled again (the repair `dvc checkout` is checked below)
         f.write_bytes(b)
     # 4. a companion's own trial (mvfst): its analysis stops, naming it; no table of it
-    from latency_divide.config import load_config
-    from latency_divide.trial.sweep import trial_ids
-
     mvfst = {t[0] for t in trial_ids(load_config(clone / "config/mvfst.yaml"))}
     t4 = next(t for t in published_trials(clone) if t.relative_to(clone).parts[2]
               in mvfst).relative_to(clone).as_posix()

@@ -123,13 +123,13 @@ def test_unresolvable_host(tool):
 
 @pytest.mark.netns
 @pytest.mark.parametrize("cc", ["cubic", "copa", "bbr", "bbr3"])
-def test_five_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_path, cc):
+def test_three_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_path, cc):
     server = start_server(topo, tool, tmp_path, "-congestion", cc, "-latency_factor", "0.5",
                           "-once", "-json", str(tmp_path / "sender.json"))
     try:
         res = topo.runner("cli").run(
             [tool, "-mode", "client", "-host", SERVER_ADDR, "-port", str(PORT),
-             "-duration", "5", "-congestion", cc, "-json", str(tmp_path / "receiver.json")],
+             "-duration", "3", "-congestion", cc, "-json", str(tmp_path / "receiver.json")],
             check=False, timeout=40)
         (tmp_path / "receiver.log").write_text(res.stderr)
         assert res.returncode == 0, res.stderr[-2000:]
@@ -139,7 +139,7 @@ def test_five_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_pa
 
     log = parse_tool_log(res.stderr)
     assert log.complete, res.stderr[-2000:]
-    assert 5.0 <= log.duration_s < 5.2
+    assert 3.0 <= log.duration_s < 3.2
     capacity_kbps = RATE_KBIT
     assert 0.5 * capacity_kbps <= log.goodput_kbps <= 1.05 * capacity_kbps, \
         f"{cc}: goodput {log.goodput_kbps:.0f} kbit/s on a {capacity_kbps} kbit/s link"
@@ -147,7 +147,7 @@ def test_five_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_pa
     assert log.throughput_mibps == pytest.approx(log.received_bytes / 131072 / log.duration_s,
                                                  rel=1e-5)
     # Interval lines every 100 ms that add up to the summary.
-    assert 45 <= len(log.intervals) <= 52
+    assert 27 <= len(log.intervals) <= 32
     assert sum(i.bytes for i in log.intervals) == log.received_bytes
     assert log.intervals[-1].total_bytes == log.received_bytes
     assert all(b.t_unix > a.t_unix for a, b in zip(log.intervals, log.intervals[1:]))
