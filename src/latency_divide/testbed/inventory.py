@@ -72,10 +72,6 @@ class Node:
     #: delay only: two addresses whose routes (ip route get) give the two ports.
     probe_addrs: tuple[str, ...] | None = None
 
-    @property
-    def short_role(self) -> str:
-        return ROLE_OF[self.role]
-
     def describe(self) -> str:
         via = f" via {self.jump.describe()}" if self.jump else ""
         return f"{self.role} {self.user}@{self.host}:{self.port}{via}"
