@@ -150,8 +150,10 @@ def link_steps(plan, egress: dict[str, str], delay_ports) -> list[tuple[str, str
 
 class SliceBase:
     """Shared behaviour of a live slice. Subclasses set ``plan``, ``processes``, ``log_dir``
-    and implement ``runner(role)``, ``up()``, ``down()``; they may override the hooks
-    ``_shaping(role, dev)`` (before a device's qdiscs change) and ``_apply(role, argv)``."""
+    and implement ``runner(role)``, ``up()``, ``down()`` and ``_delayline_binary()``; they may
+    override the hooks ``_shaping(role, dev)`` (before a device's qdiscs change),
+    ``_apply(role, argv)`` (one link command) and ``_where(role)`` (a node's name in
+    messages)."""
 
     plan = None
     log_dir: Path | None = None
