@@ -42,6 +42,21 @@ def _cubic(household, direction="downlink", duration=8.0, window=BIG_WINDOW):
                      tool=ToolSettings(name="tquic-perf", path=None, window_bytes=window))
 
 
+def _wire_kbps(d: Path, meta: dict) -> float:
+    """What the bottleneck sent during the transfer, on the wire: the gateway's htb byte count
+    (frames, as its rate is configured) at the queue samples nearest the transfer's start and
+    end."""
+    rows = [json.loads(line) for line in read_text(d, "queue.jsonl").splitlines() if line]
+    t = meta["timing"]
+
+    def sent_at(when: float) -> tuple[float, int]:
+        r = min(rows, key=lambda r: abs(r["t_unix"] - when))
+        return r["t_unix"], next(q["bytes"] for q in r["qdisc"] if q["kind"] == "htb")
+
+    (ta, a), (tb, b) = sent_at(t["transfer_started_unix"]), sent_at(t["transfer_ended_unix"])
+    return (b - a) * 8 / 1000 / (tb - ta)
+
+
 def _metrics(d: Path) -> dict:
     meta = json.loads((d / "meta.json").read_text())
     tool = parse_tool_log(read_text(d, "receiver.log"))
@@ -50,7 +65,7 @@ def _metrics(d: Path) -> dict:
     idle = ping[(ping.t_unix < t0) & (ping.t_unix > t0 - meta["idle_s"] + 0.5)]["rtt_ms"]
     queue = parse_queue(read_text(d, "queue.jsonl"))
     limit = meta["linkplan"][meta["direction"]]["queue_bytes"]
-    return {"meta": meta, "goodput_kbps": tool.goodput_kbps,
+    return {"meta": meta, "goodput_kbps": tool.goodput_kbps, "wire_kbps": _wire_kbps(d, meta),
             "capacity_kbps": meta["capacity_kbps"], "idle_rtt_ms": idle.min(),
             "queue_max_bytes": queue["backlog_bytes"].max(), "queue_limit_bytes": limit,
             "drops": int(queue["drops"].sum())}
@@ -58,23 +73,27 @@ def _metrics(d: Path) -> dict:
 
 @pytest.mark.parametrize("household", [11406, 8268], ids=["slow-3.5Mbit", "fast-37Mbit"])
 def test_cubic_fills_the_link_and_its_queue(tmp_path, household):
-    """Fidelity: Cubic gets >= 90% of the configured rate, the bfifo fills to within 10% of
-    its limit, the idle RTT is the household's RTT within 1 ms, nothing is left behind.
-    The host is shared and its CPU is sometimes taken (steal): up to three trials are run
-    while they fall short of the rate, and the best one is judged."""
+    """Fidelity: Cubic fills the link, >= 90% of the configured rate on the wire (the htb's
+    own byte count: the rate is configured in frames), with a goodput >= 85% of it (QUIC,
+    UDP, IP and Ethernet headers take about 6% of these 1,240-byte frames, so goodput is at
+    most ~94% of the rate); the bfifo fills to within 10% of its limit, the idle RTT is the
+    household's RTT within 1 ms, nothing is left behind. The host is shared and its CPU is
+    sometimes taken (steal): up to three trials are run while they fall short of the rate,
+    and the best one is judged."""
     best = None
     for attempt in "abc":
         d = run_trial(_cubic(household), tmp_path / attempt)
         assert EXPECTED_FILES <= {p.name for p in d.iterdir()}
         m = _metrics(d)
-        if best is None or m["goodput_kbps"] > best[1]["goodput_kbps"]:
+        if best is None or m["wire_kbps"] > best[1]["wire_kbps"]:
             best = (d, m)
-        if m["goodput_kbps"] >= 0.9 * m["capacity_kbps"]:
+        if m["wire_kbps"] >= 0.9 * m["capacity_kbps"]:
             break
     d, m = best
     h = get_household(household)
     assert m["capacity_kbps"] == h.download_kbps
-    assert m["goodput_kbps"] >= 0.9 * m["capacity_kbps"], m
+    assert m["wire_kbps"] >= 0.9 * m["capacity_kbps"], m
+    assert m["goodput_kbps"] >= 0.85 * m["capacity_kbps"], m
     assert m["queue_max_bytes"] >= 0.9 * m["queue_limit_bytes"], m
     assert abs(m["idle_rtt_ms"] - h.rtt_ms) <= 1.0, m
     assert m["meta"]["delay_mechanism"] == resolve_delay_mechanism("auto")
