@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import delayline_preconditions  # noqa: E402
 from latency_divide.testbed.runners import LocalRunner, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,13 +257,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench_delay_accuracy: needs root (network namespaces)", file=sys.stderr)
-        return 2
-    if not BINARY.exists():
-        print(f"bench_delay_accuracy: {BINARY} missing; cargo build --release -p delayline",
-              file=sys.stderr)
-        return 2
+    refused = delayline_preconditions("bench_delay_accuracy", BINARY)
+    if refused is not None:
+        return refused
     line = Line()
     rows = []
     try:

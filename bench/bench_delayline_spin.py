@@ -46,6 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import delayline_preconditions  # noqa: E402
 from latency_divide.testbed.runners import LocalProcess, LocalRunner, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -331,13 +332,9 @@ def fmt(x, spec=".1f") -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench_delayline_spin: needs root (network namespaces)", file=sys.stderr)
-        return 2
-    if not BINARY.exists():
-        print(f"bench_delayline_spin: {BINARY} missing; cargo build --release -p delayline",
-              file=sys.stderr)
-        return 2
+    refused = delayline_preconditions("bench_delayline_spin", BINARY)
+    if refused is not None:
+        return refused
     existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     run_tag = secrets.token_hex(3)
     while f"ldb-{run_tag}-" in existing:
