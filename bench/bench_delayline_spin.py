@@ -46,13 +46,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import delayline_preconditions  # noqa: E402
+from _common import ADDR_B, delayline_preconditions, wire_line  # noqa: E402
 from latency_divide.testbed.runners import LocalProcess, LocalRunner, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "delayline"
-ADDR_A, ADDR_B = "10.99.0.1", "10.99.0.2"
-OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PORT = 9999
 PAYLOAD = 1472  # + 8 UDP + 20 IP + 14 Ethernet = 1514-byte frames
@@ -123,22 +121,9 @@ class Line:
         return LocalRunner(netns=self.ns[role])
 
     def up(self) -> "Line":
-        for name in self.ns.values():
-            self.host.run(["ip", "netns", "add", name])
-            self._created.append(name)
-        self.host.run(["ip", "link", "add", self.if_a, "netns", self.ns["a"], "type", "veth",
-                       "peer", "name", self.if_da, "netns", self.ns["d"]])
-        self.host.run(["ip", "link", "add", self.if_b, "netns", self.ns["b"], "type", "veth",
-                       "peer", "name", self.if_db, "netns", self.ns["d"]])
-        for role, dev in (("a", self.if_a), ("d", self.if_da), ("d", self.if_db),
-                          ("b", self.if_b)):
-            self.r(role).run(["ethtool", "-K", dev, *OFFLOADS_OFF])
-            self.r(role).run(["ip", "link", "set", dev, "up"])
-        for role in ("a", "b"):
-            self.r(role).run(["ip", "link", "set", "lo", "up"])
-        self.r("a").run(["ip", "addr", "add", f"{ADDR_A}/24", "dev", self.if_a])
-        self.r("b").run(["ip", "addr", "add", f"{ADDR_B}/24", "dev", self.if_b])
+        wire_line(self.ns, self.if_a, self.if_da, self.if_db, self.if_b, self._created)
         return self
+
 
 
 def cpu_s(pid: int) -> float:
