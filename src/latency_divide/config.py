@@ -21,7 +21,7 @@ import yaml
 
 from latency_divide import limits
 from latency_divide.data.buckets import Bucket, resolve_buckets, validate_buckets
-from latency_divide.errors import ConfigError
+from latency_divide.errors import ConfigError, yaml_path
 from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
 
 SCHEMA_PATH = CONFIG_SCHEMA
@@ -121,20 +121,10 @@ def load_schema() -> dict:
         return yaml.safe_load(f)
 
 
-def _where(path) -> str:
-    parts = []
-    for p in path:
-        if isinstance(p, int):
-            parts.append(f"[{p}]")
-        else:
-            parts.append(("." if parts else "") + str(p))
-    return "".join(parts) or "(top level)"
-
-
 def _schema_error(err: jsonschema.ValidationError) -> ConfigError:
     # Report the most specific error of a oneOf/anyOf.
     best = jsonschema.exceptions.best_match([err])
-    where = _where(best.absolute_path)
+    where = yaml_path(best.absolute_path)
     v = best.validator
     if v == "additionalProperties":
         allowed = sorted(best.schema.get("properties", {}))

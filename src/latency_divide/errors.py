@@ -38,3 +38,12 @@ class CommandError(LatencyDivideError):
 
 class TrialError(LatencyDivideError):
     """A trial could not be completed; no trial directory was written."""
+
+
+def yaml_path(path) -> str:
+    """Where a value sits in a YAML document, from a jsonschema path: ``a.b[2].c``, or
+    ``(top level)``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p))
+    return out or "(top level)"

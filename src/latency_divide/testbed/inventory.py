@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from latency_divide.errors import ConfigError
+from latency_divide.errors import ConfigError, yaml_path
 from latency_divide.links.plan import check_ifname
 from latency_divide.paths import INVENTORY_SCHEMA
 from latency_divide.vocab import ROLE_NAMES, ROLE_OF
@@ -125,16 +125,9 @@ def load_schema() -> dict:
         return yaml.safe_load(f)
 
 
-def _where(path) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p))
-    return out or "(top level)"
-
-
 def _schema_error(name: str, err: jsonschema.ValidationError) -> ConfigError:
     best = jsonschema.exceptions.best_match([err])
-    where = _where(best.absolute_path)
+    where = yaml_path(best.absolute_path)
     if best.validator == "additionalProperties":
         allowed = sorted(best.schema.get("properties", {}))
         extra = sorted(set(best.instance) - set(allowed))
