@@ -70,6 +70,8 @@ class TestbedSettings:
     kind: str  # local | ssh
     delay: str  # auto | netem | delayline
     inventory: str | None
+    #: SCHED_FIFO priority of the tool ends (0: normal scheduler); trial.spec.TOOL_RT_PRIORITY
+    tool_rt_priority: int = 5
 
 
 @dataclass(frozen=True)

@@ -47,3 +47,8 @@ def yaml_path(path) -> str:
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p))
     return out or "(top level)"
+
+
+class UnhealthyTrial(TrialError):
+    """A trial ran, but the emulation did not hold while it measured (trial.health): it is
+    measured again; no trial directory was written."""

@@ -28,7 +28,7 @@ from latency_divide.analysis.reader import (
     _meta_get,
     load_trial,
 )
-from latency_divide.analysis.schemas import TRIALS_SCHEMA
+from latency_divide.analysis.schemas import HEALTH_COLUMNS, TRIALS_SCHEMA
 
 
 def trial_row(trial: Trial) -> dict:
@@ -87,6 +87,11 @@ def trial_row(trial: Trial) -> dict:
         transfer_start_unix=start,
         transfer_end_unix=end,
     )
+    health = meta.get("health") if isinstance(meta.get("health"), dict) else {}
+    row["health_verdict"] = str(health.get("verdict", "unknown"))
+    for k in HEALTH_COLUMNS:
+        v = health.get(k)
+        row[k] = float(v) if v is not None else math.nan
     return row
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 KEYS = ("definition_id", "household_id", "direction", "variant", "repetition")
@@ -61,8 +61,26 @@ TRIALS_SCHEMA = pa.schema(
         ("window_source", pa.string()),
         ("transfer_start_unix", pa.float64()),
         ("transfer_end_unix", pa.float64()),
+        # emulation health over the transfer (trial.health; NaN / "unknown" for trials
+        # measured before it was recorded)
+        ("health_verdict", pa.string()),
+        ("tool_wait_ms_per_s", pa.float64()),
+        ("tool_wait_ms_per_s_worst", pa.float64()),
+        ("tool_wait_per_slice_us", pa.float64()),
+        ("delayline_wait_ms_per_s", pa.float64()),
+        ("delayline_late_p99_us", pa.float64()),
+        ("delayline_late_max_us", pa.float64()),
+        ("cpu_pressure_some_pct", pa.float64()),
+        ("queue_samples_pct", pa.float64()),
+        ("queue_gap_max_s", pa.float64()),
+        ("tool_cpu_s", pa.float64()),
     ]
 )
+
+#: The health numbers of a trials row (meta.json ``health``; trial.health).
+HEALTH_COLUMNS = ("tool_wait_ms_per_s", "tool_wait_ms_per_s_worst", "tool_wait_per_slice_us",
+                  "delayline_wait_ms_per_s", "delayline_late_p99_us", "delayline_late_max_us",
+                  "cpu_pressure_some_pct", "queue_samples_pct", "queue_gap_max_s", "tool_cpu_s")
 
 
 _KEY_FIELDS = [

@@ -102,6 +102,11 @@ def _process(d: Path | str):
     try:
         trial = load_trial(d)
         row = trial_row(trial)
+        if row["health_verdict"] == "fail":
+            # the emulation did not hold while it measured (trial.health): its numbers are the
+            # host's, not the link's; listed with the broken bounds, never averaged in
+            reasons = "; ".join(trial.meta.get("health", {}).get("reasons", []))
+            raise TrialInvalid(trial.path, f"emulation health failed: {reasons}")
         series = _series(trial, row["base_rtt_measured_ms"])
     except TrialInvalid as e:
         return ("skip", e)

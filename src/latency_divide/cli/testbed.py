@@ -37,6 +37,9 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, default=0, help="retries on transient failures")
     p.add_argument("--out", required=True, help="root of the raw layout; the trial goes to "
                    "OUT/<definition id>/<household>/<direction>/<variant>/rep<r>/")
+    p.add_argument("--tool-rt-priority", type=int, default=5, help="SCHED_FIFO priority of "
+                   "the tool's two ends, 0-9 (0: the normal scheduler; default 5, below the "
+                   "delay line's 10)")
     p.add_argument("--inventory", help="run on an SSH testbed described by this inventory "
                    "(docs/remote-testbed.md) instead of local namespaces")
     p.add_argument("--slice", help="the inventory's slice to use (default: the first)")
@@ -61,6 +64,7 @@ def _trial(args) -> int:
             household=get_household(args.household), direction=args.direction, variant=variant,
             repetition=args.repetition, duration_s=args.duration, idle_s=args.idle,
             ping_interval_s=args.ping_interval, qfactor=args.qfactor, delay=args.delay,
+            tool_rt_priority=args.tool_rt_priority,
             tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
                               args=tuple(args.tool_arg)))
     except ValueError as e:

@@ -74,6 +74,8 @@ class Slice(Protocol):
 
     def stop_delayline(self) -> int | None: ...
 
+    def local_pids(self, procs: dict[str, Process]) -> dict[str, int]: ...
+
     def qdisc_dump(self) -> dict[str, object]: ...
 
     def describe(self) -> dict: ...
@@ -170,6 +172,12 @@ class SliceBase:
         proc = self.runner(role).start(argv, stdout=stdout, stderr=stderr)
         self.processes.append(proc)
         return proc
+
+    def local_pids(self, procs: dict[str, Process]) -> dict[str, int]:
+        """PIDs on this host of the named processes and of the delay line, for their run-queue
+        waits (testbed.schedwatch); none here: a subclass whose processes run on this host
+        says so."""
+        return {}
 
     def tool_output(self, role: str, local: Path) -> str:
         """Where a tool on ``role`` writes a file that must end up at ``local`` (here: the

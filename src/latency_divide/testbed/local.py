@@ -126,6 +126,12 @@ class Topology(SliceBase):
         return [sys.executable, "-m", "latency_divide.testbed.qsampler", "--dev", dev,
                 "--interval", f"{interval_s:g}"]
 
+    def local_pids(self, procs: dict[str, Process]) -> dict[str, int]:
+        pids = {name: p.pid for name, p in procs.items()}
+        if self._delayline is not None:
+            pids["delayline"] = self._delayline.pid
+        return pids
+
     def describe(self) -> dict:
         return {"kind": "local", "tag": self.tag, "namespaces": [self.ns(r) for r in ROLES],
                 "devices": {"gateway": dict(GATEWAY_EGRESS), "delay": list(DELAY_PORTS)}}

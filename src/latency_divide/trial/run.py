@@ -12,6 +12,7 @@ built in a temporary directory beside its final place and renamed only when comp
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from latency_divide.errors import (
     EnvironmentError_,
     LatencyDivideError,
     TrialError,
+    UnhealthyTrial,
 )
 from latency_divide.fsio import write_json_atomic
 from latency_divide.links.plan import make_linkplan
@@ -32,9 +34,12 @@ from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.paths import git_revision, repo_root
 from latency_divide.testbed.factory import make_testbed
 from latency_divide.testbed.runners import Runner, pid_alive
+from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
 from latency_divide.trial import definition
+from latency_divide.trial.health import health
 from latency_divide.trial.layout import (
     COMPRESSED_LOGS,
+    DELAYLINE_LOG,
     META,
     PING_ERR,
     PING_LOG,
@@ -62,6 +67,7 @@ from latency_divide.trial.spec import (
     PORT,
     TrialSpec,
     ping_argv,
+    realtime_argv,
     receiver_argv,
     sender_argv,
 )
@@ -80,8 +86,25 @@ def _wait_udp_listen(runner: Runner, port: int, proc, timeout: float = 10.0) -> 
     raise TrialError(f"the sender did not listen on UDP port {port} within {timeout} s")
 
 
-def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None) -> Path:
-    """Run one trial; return its (complete) directory under ``out_root``."""
+def tool_rt_priority(topo, roles, asked: int) -> dict:
+    """The SCHED_FIFO priority the tool ends can have on their nodes: ``asked``, or 0 with the
+    reason where the kernel or the container refuses it (e.g. no CAP_SYS_NICE, or RT group
+    scheduling with no RT budget for our cgroup); the health check then shows what it cost."""
+    if not asked:
+        return {"priority": 0}
+    for role in dict.fromkeys(roles):
+        res = topo.runner(role).run(realtime_argv(["true"], asked), check=False)
+        if res.returncode != 0:
+            return {"priority": 0, "refused": f"{role}: {(res.stderr or res.stdout).strip()}"}
+    return {"priority": asked}
+
+
+def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None,
+              keep_unhealthy: bool = True) -> Path:
+    """Run one trial; return its (complete) directory under ``out_root``. A trial whose
+    health verdict fails (trial.health) raises :class:`UnhealthyTrial` and leaves nothing,
+    unless ``keep_unhealthy`` (the last attempt): then it is kept, with its verdict, and the
+    analysis lists it among the exclusions."""
     testbed = testbed or make_testbed("local")
     found = testbed.check(spec)
     final = Path(out_root) / spec.definition_id(testbed.kind) / spec.trial_id
@@ -93,6 +116,9 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
                                 dir=final.parent))
     try:
         meta = _run_in(spec, tmp, found, attempt, testbed)
+        if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
+            raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
+                                 + "; ".join(meta["health"]["reasons"]))
         compress_logs(tmp)
         meta["compressed_logs"] = [f"{n}.gz" for n in COMPRESSED_LOGS if (tmp / f"{n}.gz").exists()]
         write_json_atomic(tmp / META, meta)
@@ -128,6 +154,9 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         s_argv = sender_argv(spec, binary, tool_json(ep["sender"], SENDER_JSON), sender_addr)
         r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], RECEIVER_JSON),
                                sender_addr)
+        rt = tool_rt_priority(topo, (ep["sender"], ep["receiver"]), spec.tool_rt_priority)
+        s_argv, r_argv = realtime_argv(s_argv, rt["priority"]), realtime_argv(r_argv,
+                                                                             rt["priority"])
         p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
         q_dev = topo.gateway_egress(spec.direction)
         q_argv = topo.qsampler_argv(q_dev, spec.queue_interval_s)
@@ -141,6 +170,11 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         timing["transfer_started_unix"] = time.time()
         rcv = topo.start(ep["receiver"], r_argv, stdout=d / RECEIVER_LOG,
                          stderr=d / RECEIVER_LOG)
+        # how long the tool ends and the delay line wait for a CPU while they measure
+        watch = SchedWatch()
+        for name, pid in topo.local_pids({"sender": snd, "receiver": rcv}).items():
+            watch.add(name, pid)
+        watch.start()
         limit = spec.duration_s + 20.0
         try:
             rc = rcv.wait(timeout=limit)
@@ -148,6 +182,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
             rcv.stop()
             raise TrialError(f"the receiver did not finish within {limit:.0f} s "
                              f"(duration {spec.duration_s} s + 20 s)") from None
+        finally:
+            watch.stop()
         timing["transfer_ended_unix"] = time.time()
         time.sleep(spec.tail_s)
         # The monitors must have run for the whole transfer: one that died early makes the
@@ -188,6 +224,11 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     p = d / PING_ERR
     if p.exists() and p.stat().st_size == 0:
         p.unlink()
+    dl_log = d / DELAYLINE_LOG
+    sched = watch.summary()
+    trial_health = health(sched, dl_log.read_text(errors="replace") if dl_log.exists() else "",
+                          d / QUEUE_LOG, timing["transfer_started_unix"],
+                          timing["transfer_ended_unix"], spec.queue_interval_s, cpu)
 
     return {
         "format_version": FORMAT_VERSION,
@@ -209,7 +250,10 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
                  "sha256": found["binary_sha256"], "version": found["tool_version"],
                  "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),
                  "sender_node": ep["sender"], "receiver_node": ep["receiver"],
-                 "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc},
+                 "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc,
+                 # SCHED_FIFO priority the ends ran at (0: normal), and why if not as asked
+                 "rt_priority": rt["priority"], "rt_priority_asked": spec.tool_rt_priority,
+                 **({"rt_refused": rt["refused"]} if rt.get("refused") else {})},
         "ping": {"argv": p_argv, "interval_s": spec.ping_interval_s, "node": "cli",
                  "target": topo.addr("srv")},
         "queue": {"node": "gw", "dev": q_dev, "interval_s": spec.queue_interval_s,
@@ -221,6 +265,10 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         # line, the queue sampler, ping (None where not measured: remote nodes), the
         # set-up/teardown commands, and the trial job's own Python process so far
         "cpu_s": cpu,
+        # did the emulation hold during the transfer (trial.health; README "Emulation
+        # health"): run-queue waits, delay-line lateness, CPU pressure, queue samples, verdict
+        "health": trial_health,
+        "sched": sched,
         "host": {**host_before, "loadavg_after": list(os.getloadavg()),
                  "cpu_busy_pct": cpu_busy_pct(cpu_before, cpu_times())},
         # trials running on this host (live topologies, this one included) at start and end
@@ -240,14 +288,42 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
     """Retry transient failures; never leave a partial trial directory behind."""
     last: Exception | None = None
     for attempt in range(1, retries + 2):
+        final = attempt == retries + 1
         try:
-            return run_trial(spec, out_root, attempt=attempt, testbed=testbed)
+            d = run_trial(spec, out_root, attempt=attempt, testbed=testbed,
+                          keep_unhealthy=final)
         except EnvironmentError_:
             raise  # not transient
+        except UnhealthyTrial as e:
+            last = e
+            log(f"[latency-divide] trial {spec.trial_id} attempt {attempt}: {e}; measuring "
+                "it again once the host's CPU pressure has eased")
+            wait_for_calm(log=log)
+            continue
         except (TrialError, CommandError, TimeoutError, LatencyDivideError) as e:
             last = e
             log(f"[latency-divide] trial {spec.trial_id} attempt {attempt} failed: {e}")
+            continue
+        h = json.loads((d / META).read_text()).get("health", {})
+        if h.get("verdict") == "fail":
+            log(f"[latency-divide] WARNING: trial {spec.trial_id} kept after {attempt} attempts "
+                f"with a failed health verdict ({'; '.join(h.get('reasons', []))}): the "
+                "analysis leaves it out and lists it in exclusions.parquet")
+        return d
     raise TrialError(f"trial {spec.trial_id} failed after {retries + 1} attempts: {last}")
+
+
+def wait_for_calm(max_s: float = 30.0, pressure_pct: float = 20.0, log=print) -> float:
+    """Before measuring an unhealthy trial again: wait (at most ``max_s``) until the host's
+    CPU pressure over the last 10 s (PSI some avg10) is below ``pressure_pct``; returns the
+    seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s:
+        avg10 = psi_avg10()
+        if avg10 is None or avg10 < pressure_pct:
+            break
+        time.sleep(1.0)
+    return time.monotonic() - t0
 
 
 def clean_tmp_dirs(results: Path, force: bool = False) -> list[str]:

@@ -23,6 +23,20 @@ TOOL_ARG = re.compile(r"\A-[A-Za-z0-9_][A-Za-z0-9_.,:=/+-]{0,198}\Z")
 
 PORT = 5550  # the paper's first tperf port; each trial has its own namespaces
 
+#: The tool ends' default SCHED_FIFO priority: above every normal task (the trial jobs'
+#: start-up, Snakemake, compression, other trials' samplers), below the delay line's 10.
+TOOL_RT_PRIORITY = 5
+#: Highest allowed (the delay line, the link itself, stays above the tool ends).
+MAX_TOOL_RT_PRIORITY = 9
+
+
+def realtime_argv(argv: list[str], priority: int) -> list[str]:
+    """``argv`` run under SCHED_FIFO ``priority`` (chrt, util-linux); unchanged for 0."""
+    if not 0 <= priority <= MAX_TOOL_RT_PRIORITY or isinstance(priority, bool):
+        raise ValueError(f"tool_rt_priority {priority!r}: an integer from 0 (normal "
+                         f"scheduler) to {MAX_TOOL_RT_PRIORITY}")
+    return ["chrt", "-f", str(int(priority)), *argv] if priority else list(argv)
+
 
 @dataclass
 class TrialSpec:
@@ -41,6 +55,9 @@ class TrialSpec:
     delay: str = "auto"
     config_hash: str | None = None
     concurrency_hint: int | None = None
+    #: SCHED_FIFO priority of the tool's two ends (0: the normal scheduler); how the host runs
+    #: them, not part of the definition (README "Emulation health")
+    tool_rt_priority: int = 5
 
     def __post_init__(self):
         v = self.variant
@@ -55,6 +72,7 @@ class TrialSpec:
             if not isinstance(arg, str) or not TOOL_ARG.match(arg):
                 raise ValueError(f"tool argument {arg!r}: a flag like -name or -name=value "
                                  "(letters, digits and _.,:=/+- only, at most 200 characters)")
+        realtime_argv([], self.tool_rt_priority)  # validates it
         if self.tool.name not in TOOLS:
             raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
         if self.direction not in DIRECTIONS:

@@ -24,7 +24,7 @@ def spec_from_config(cfg, household, direction: str, variant: str, repetition: i
                      repetition=repetition, duration_s=t.duration_s, idle_s=t.idle_s,
                      ping_interval_s=t.ping_interval_s, queue_interval_s=t.queue_interval_s,
                      qfactor=cfg.qfactor, tool=cfg.tool_for(v), delay=cfg.testbed.delay,
-                     config_hash=config_hash)
+                     config_hash=config_hash, tool_rt_priority=cfg.testbed.tool_rt_priority)
 
 
 def nominal_trial_s(cfg) -> float:

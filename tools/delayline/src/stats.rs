@@ -220,7 +220,8 @@ impl Report {
 
     /// A second summary line (new keys go at its end): CPU time and how frames were
     /// timed, e.g. `delayline usage cpu_s=0.412 user_s=0.300 sys_s=0.112 wall_s=20.013
-    /// rx_timestamps=kernel rx_ts_kernel=5800 rx_ts_user=0`.
+    /// rx_timestamps=kernel rx_ts_kernel=5800 rx_ts_user=0 late_ab_p50_us=20.0 ...`; the
+    /// `late_*` keys are each direction's release lateness (p50, p99, max µs, or `na`).
     pub fn usage_line(&self) -> String {
         format!(
             "delayline usage cpu_s={:.3} user_s={:.3} sys_s={:.3} wall_s={:.3} rx_timestamps={} rx_ts_kernel={} rx_ts_user={}",
@@ -231,8 +232,21 @@ impl Report {
             self.rx_timestamps,
             self.a_to_b.rx_ts_kernel + self.b_to_a.rx_ts_kernel,
             self.a_to_b.rx_ts_user + self.b_to_a.rx_ts_user
+        ) + &format!(
+            " late_ab_p50_us={} late_ab_p99_us={} late_ab_max_us={} late_ba_p50_us={} late_ba_p99_us={} late_ba_max_us={}",
+            opt_us(self.a_to_b.release_lateness.p50_us),
+            opt_us(self.a_to_b.release_lateness.p99_us),
+            opt_us(self.a_to_b.release_lateness.max_us),
+            opt_us(self.b_to_a.release_lateness.p50_us),
+            opt_us(self.b_to_a.release_lateness.p99_us),
+            opt_us(self.b_to_a.release_lateness.max_us)
         )
     }
+}
+
+/// A lateness figure for the usage line: µs with one decimal, or `na` (no frame).
+fn opt_us(v: Option<f64>) -> String {
+    v.map_or_else(|| "na".to_string(), |x| format!("{x:.1}"))
 }
 
 /// CPU time this process has used so far (all threads): (user, system) seconds, from
@@ -342,7 +356,9 @@ mod tests {
         assert_eq!(
             r.usage_line(),
             "delayline usage cpu_s=0.375 user_s=0.250 sys_s=0.125 wall_s=2.000 \
-             rx_timestamps=kernel rx_ts_kernel=5 rx_ts_user=0"
+             rx_timestamps=kernel rx_ts_kernel=5 rx_ts_user=0 late_ab_p50_us=na \
+             late_ab_p99_us=na late_ab_max_us=na late_ba_p50_us=na late_ba_p99_us=na \
+             late_ba_max_us=na"
         );
         let dir = std::env::temp_dir().join(format!("delayline-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

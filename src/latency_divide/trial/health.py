@@ -1,0 +1,147 @@
+"""Did the emulation hold while a trial measured? Its health numbers and verdict.
+
+A trial's numbers are only as good as the host that emulated its four machines. On a
+contended host the tool ends wait for a CPU, their ACKs leave late, the RTT samples carry the
+wait, and a delay-based sender (Copa, whose target queue at δ = 0.8 is 1.25 packets) backs
+off from a link that is free; the delay line may release frames late; the queue sampler may
+miss samples. None of this shows in the trial's own results, so each trial records, over its
+transfer (README "Emulation health"):
+
+- ``tool_wait_ms_per_s``: the run-queue wait of the traffic tool's two ends (sender +
+  receiver), ms per s of transfer (testbed.schedwatch), and its worst sample interval;
+- ``delayline_wait_ms_per_s``: the same for the delay line;
+- ``delayline_late_p99_us``, ``delayline_late_max_us``: its release lateness against its
+  schedule, worst direction (from its usage line);
+- ``cpu_pressure_some_pct``: the host's CPU pressure (PSI some) over the transfer;
+- ``queue_samples_pct``, ``queue_gap_max_s``: queue samples taken during the transfer against
+  those due, and the longest gap between two;
+- ``tool_cpu_s``: the tool ends' CPU seconds.
+
+The verdict holds each number that has a bound in :data:`BOUNDS` (a number the testbed
+could not measure, e.g. run-queue waits on SSH nodes, is left out of it, and says so).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+#: Bounds of the verdict: name -> (largest allowed, or smallest with "min:"), explanation.
+#: Calibrated by bench/bench_fidelity_tail.py (README "Emulation health").
+BOUNDS: dict[str, tuple[str, float, str]] = {
+    "tool_wait_ms_per_s": ("max", 400.0, "the tool ends' run-queue wait, ms per s of transfer "
+                           "(both ends added)"),
+    "tool_wait_per_slice_us": ("max", 150.0, "the tool ends' mean run-queue wait per wake-up, "
+                               "µs"),
+    "delayline_late_p99_us": ("max", 1000.0, "the delay line's release lateness p99, µs"),
+    "queue_samples_pct": ("min", 90.0, "queue samples taken during the transfer, % of those "
+                          "due"),
+}
+
+_LATE = re.compile(r"\blate_(ab|ba)_(p50|p99|max)_us=([0-9.]+|na)\b")
+
+
+def delayline_lateness(log_text: str) -> dict[str, float | None]:
+    """The worst direction's release lateness (p50/p99/max µs) from the delay line's usage
+    line (tools/delayline/README.md); None each without the keys (older delay line, netem)."""
+    worst: dict[str, float | None] = {"p50": None, "p99": None, "max": None}
+    for _dir, q, v in _LATE.findall(log_text):
+        if v != "na":
+            worst[q] = max(float(v), worst[q] or 0.0)
+    return worst
+
+
+def queue_sampling(queue_log: Path, start: float, end: float,
+                   interval_s: float) -> tuple[float | None, float | None]:
+    """(samples taken in [start, end] as % of those due, longest gap in s) from a queue
+    sampler log (queue.jsonl, plain or .gz)."""
+    import gzip
+
+    path = queue_log if queue_log.exists() else queue_log.with_name(queue_log.name + ".gz")
+    if not path.exists() or end <= start:
+        return None, None
+    opener = gzip.open if path.suffix == ".gz" else open
+    times = []
+    with opener(path, "rt", errors="replace") as f:
+        for line in f:
+            i = line.find('"t_unix"')
+            if i < 0:
+                continue
+            try:
+                t = float(line[i + 9:].split(",", 1)[0].strip(" :}"))
+            except ValueError:
+                continue
+            if start <= t <= end:
+                times.append(t)
+    due = (end - start) / interval_s
+    pct = 100.0 * len(times) / due if due > 0 else None
+    edges = [start, *sorted(times), end]
+    gap = max(b - a for a, b in zip(edges, edges[1:]))
+    return (round(min(pct, 100.0), 1) if pct is not None else None), round(gap, 3)
+
+
+def health(sched: dict | None, delayline_log: str, queue_log: Path, start: float,
+           end: float, queue_interval_s: float, cpu_s: dict) -> dict:
+    """The health record of a trial (meta.json ``health``): numbers, verdict, reasons."""
+    procs = (sched or {}).get("processes", {})
+
+    def waits(names, key):
+        vals = [procs[n][key] for n in names if n in procs and procs[n].get(key) is not None]
+        return round(sum(vals), 3) if vals else None
+
+    tool = [n for n in ("sender", "receiver") if n in procs]
+    late = delayline_lateness(delayline_log)
+    q_pct, q_gap = queue_sampling(queue_log, start, end, queue_interval_s)
+    tool_cpu = [cpu_s.get(k) for k in ("sender", "receiver")]
+    numbers = {
+        "tool_wait_ms_per_s": waits(tool, "wait_ms_per_s") if tool else None,
+        "tool_wait_ms_per_s_worst": waits(tool, "wait_ms_per_s_worst") if tool else None,
+        "tool_wait_per_slice_us": _per_slice(procs, tool),
+        "delayline_wait_ms_per_s": waits(["delayline"], "wait_ms_per_s"),
+        "delayline_late_p50_us": late["p50"],
+        "delayline_late_p99_us": late["p99"],
+        "delayline_late_max_us": late["max"],
+        "cpu_pressure_some_pct": (sched or {}).get("cpu_pressure_some_pct"),
+        "queue_samples_pct": q_pct,
+        "queue_gap_max_s": q_gap,
+        "tool_cpu_s": (round(sum(v for v in tool_cpu if v is not None), 2)
+                       if any(v is not None for v in tool_cpu) else None),
+    }
+    return {**numbers, **verdict(numbers)}
+
+
+def _per_slice(procs: dict, names: list[str]) -> float | None:
+    wait = sum(procs[n]["wait_s"] for n in names)
+    slices = sum(procs[n]["slices"] for n in names)
+    return round(wait * 1e6 / slices, 1) if slices else None
+
+
+def verdict(numbers: dict) -> dict:
+    """``verdict`` ("pass" or "fail"), ``reasons`` (each bound broken, with its value) and
+    ``unchecked`` (bounded numbers the testbed could not measure)."""
+    reasons, unchecked = [], []
+    for name, (kind, bound, what) in BOUNDS.items():
+        v = numbers.get(name)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            unchecked.append(name)
+            continue
+        if (kind == "max" and v > bound) or (kind == "min" and v < bound):
+            rel = ">" if kind == "max" else "<"
+            reasons.append(f"{name} = {v:g} {rel} {bound:g} ({what})")
+    return {"verdict": "fail" if reasons else "pass", "reasons": reasons,
+            "unchecked": unchecked}
+
+
+def bounds_table() -> str:
+    """The bounds as Markdown rows (README, `latency-divide health --bounds`)."""
+    rows = ["| number | bound | what |", "|---|---|---|"]
+    for name, (kind, bound, what) in BOUNDS.items():
+        rows.append(f"| `{name}` | {'<=' if kind == 'max' else '>='} {bound:g} | {what} |")
+    return "\n".join(rows)
+
+
+def health_of(meta: dict) -> dict:
+    """meta.json's health record, or {} for trials measured before it existed."""
+    h = meta.get("health")
+    return h if isinstance(h, dict) else {}
