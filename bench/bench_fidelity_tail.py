@@ -16,8 +16,10 @@ that are beyond the bounds from those that are not. Needs root. Example (about 8
 
 --households, --variants and --duration choose the subset (default: 10 households of the
 sweep's 3-16 Mbit/s links and the fastest one, cubic, copa-0.5, copa-0.8: 60 trials);
---alone-variants limits the alone runs (default: all of the subset). --snakemake passes
-more arguments to Snakemake (e.g. "--resources host_load=600").
+--alone-variants limits the alone runs (default: all of the subset). The sweep as it was
+before the fix: --tool-rt-priority 0 --retries 0 (tool ends under the normal scheduler,
+unhealthy trials kept). --snakemake passes more arguments to Snakemake (e.g. "--resources
+host_load=600").
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ def beyond(a: dict, b: dict) -> tuple[float, float, bool]:
 
 
 def sweep_config(households: list[int], variants: list[str], duration: float,
-                 rt_priority: int) -> dict:
-    """The paper's config (same definition) restricted to ``households`` and ``variants``,
-    the tool ends at SCHED_FIFO ``rt_priority`` (0: the normal scheduler, as before the fix)."""
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+                 rt_priority: int, retries: int | None, base: str = "config/config.yaml",
+                 repetitions: int = 1) -> dict:
+    """The config ``base`` (the paper's: same definitions) restricted to ``households`` and
+    ``variants``, the tool ends at SCHED_FIFO ``rt_priority`` (0: the normal scheduler, as
+    before the fix)."""
+    cfg = yaml.safe_load((ROOT / base).read_text())
     buckets = []
     for b in cfg["households"]["buckets"]:
         ids = [i for i in b["ids"] if i in households]
@@ -65,8 +69,11 @@ def sweep_config(households: list[int], variants: list[str], duration: float,
     cfg["households"]["buckets"] = buckets
     cfg["variants"] = [v for v in cfg["variants"] if v["name"] in variants]
     cfg["trial"]["duration_s"] = duration
+    cfg["trial"]["repetitions"] = repetitions
     cfg["companions"] = []
     cfg["testbed"]["tool_rt_priority"] = rt_priority
+    if retries is not None:
+        cfg["trial"]["retries"] = retries
     return cfg
 
 
@@ -103,6 +110,8 @@ def main() -> int:
                     "when its trials are there)")
     ap.add_argument("--tool-rt-priority", type=int, default=5, help="the tool ends' SCHED_FIFO "
                     "priority in the sweep (0: the normal scheduler, as before the fix)")
+    ap.add_argument("--retries", type=int, help="trial.retries in the sweep (0: an unhealthy "
+                    "trial is kept, not measured again; default: the config's)")
     ap.add_argument("--snakemake", default="", help="more Snakemake arguments")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -124,7 +133,8 @@ def main() -> int:
         run_batch(missing, alone_dir, duration=a.duration, idle=5.0, window=65536,
                   label="alone", n=1)
     wall = run_sweep(scratch, sweep_config(a.households, a.variants, a.duration,
-                                           a.tool_rt_priority), shlex.split(a.snakemake))
+                                           a.tool_rt_priority, a.retries),
+                     shlex.split(a.snakemake))
     A, B = summaries(alone_dir), summaries(scratch / "results" / "raw")
     keys = sorted(set(A) & set(B), key=lambda k: (k.variant, k.household, k.direction))
     print(f"\n{len(B)} sweep trials in {wall:.0f} s, {len(keys)} with an alone run")

@@ -1,4 +1,4 @@
-from latency_divide.ops.progress import mark_run_start
+from latency_divide.ops.progress import health_report, mark_run_start
 from latency_divide.paths import RUN_START
 
 # Stage 3: trials. One job per (definition, household, direction, variant, repetition) on the
@@ -48,3 +48,9 @@ rule trials:
 
 onstart:
     mark_run_start(RUN_START)
+
+
+# The run's end: did the emulation hold for every trial it measured (README "Emulation health")
+onsuccess:
+    for line in health_report(trial_targets(), RUN_START):
+        print(line, file=sys.stderr)

@@ -72,3 +72,33 @@ def progress(expected_metas: list[str | Path], start_file: Path | None, per_tria
     else:
         eta = remaining * per_trial_s / max(1, parallel)
     return Progress(min(done + 1, n), n, done_this_run, elapsed, eta)
+
+
+def health_report(metas: list[str | Path], start_file: Path | None = None) -> list[str]:
+    """The end of a run (rules/trials.smk ``onsuccess``): how the emulation held for the trials
+    measured in this run (meta.json ``health``, trial.health), one line, then a WARNING line
+    per trial kept with a failed verdict (the analysis lists those in exclusions.parquet)."""
+    start = run_start(start_file) if start_file else None
+    n = again = 0
+    failed = []
+    for m in metas:
+        p = Path(m)
+        try:
+            if start is not None and p.stat().st_mtime < start:
+                continue  # measured by an earlier run (or pulled)
+            meta = json.loads(p.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+        h = meta.get("health") or {}
+        if not h:
+            continue
+        n += 1
+        again += int(meta.get("attempt", 1)) > 1
+        if h.get("verdict") == "fail":
+            failed.append(f"[latency-divide] WARNING: {p.parent}: emulation health failed: "
+                          + "; ".join(h.get("reasons", [])))
+    if not n:
+        return []
+    return [f"[latency-divide] emulation health of the {n} trials measured in this run: "
+            f"{n - len(failed)} passed ({again} of them after more than one attempt), "
+            f"{len(failed)} failed and are left out of the tables"] + failed

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""A sweep against a reference run of the same definitions, trial by trial: how many trials
+are lower than the reference by more than 0.05 / 0.10 in normalized throughput, the tail of
+|Δ norm_tput| and |Δ self-delay| per variant, and the health verdicts of the new trials.
+
+    .venv/bin/python bench/bench_sweep_vs_reference.py NEW/results/raw results/raw
+
+(the reference: the published run, `dvc pull`). Trials are matched by definition id,
+household, direction, variant and repetition; only trials present in both count.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from _trials import ROOT  # noqa: F401  (puts src/ on the path)
+
+from latency_divide.analysis.metrics import summarize_trial
+from latency_divide.trial.layout import parse_trial_path
+
+
+def load(raw: Path) -> dict:
+    out = {}
+    for m in sorted(raw.rglob("meta.json")):
+        key = parse_trial_path(m.parent.relative_to(raw))
+        r = summarize_trial(m.parent)
+        r["health"] = json.loads(m.read_text()).get("health") or {}
+        out[key] = r
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    new, ref = load(Path(sys.argv[1])), load(Path(sys.argv[2]))
+    keys = sorted(set(new) & set(ref))
+    print(f"{len(new)} new trials, {len(keys)} matched in the reference")
+    verdicts = Counter(new[k]["health"].get("verdict", "unknown") for k in new)
+    print(f"health verdicts of the new trials: {dict(verdicts)}")
+    lower5 = [k for k in keys if new[k]["norm_tput"] < ref[k]["norm_tput"] - 0.05]
+    lower10 = [k for k in keys if new[k]["norm_tput"] < ref[k]["norm_tput"] - 0.10]
+    print(f"lower than the reference by > 0.05: {len(lower5)}; by > 0.10: {len(lower10)}")
+    for k in lower5:
+        print(f"  {k.household} {k.direction} {k.variant}: {new[k]['norm_tput']:.3f} vs "
+              f"{ref[k]['norm_tput']:.3f} ({new[k]['health'].get('verdict', 'unknown')})")
+    print("\nper variant: |Δ norm_tput| median / p95 / max; |Δ self-delay| ms median / p95 / max")
+    for v in sorted({k.variant for k in keys}):
+        ks = [k for k in keys if k.variant == v]
+        nt = np.abs([new[k]["norm_tput"] - ref[k]["norm_tput"] for k in ks])
+        sd = np.abs([new[k]["self_delay_mean_ms"] - ref[k]["self_delay_mean_ms"] for k in ks])
+        print(f"  {v:10s} n={len(ks):3d}  {np.median(nt):.4f} / {np.percentile(nt, 95):.4f} / "
+              f"{nt.max():.4f};  {np.median(sd):.2f} / {np.percentile(sd, 95):.2f} / "
+              f"{sd.max():.2f}")
+    return 0 if not lower10 and len(lower5) <= 3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
