@@ -18,7 +18,10 @@ transfer (README "Emulation health"):
 - ``tool_cpu_s``: the tool ends' CPU seconds.
 
 The verdict holds each number that has a bound in :data:`BOUNDS` (a number the testbed
-could not measure, e.g. run-queue waits on SSH nodes, is left out of it, and says so).
+could not measure, e.g. run-queue waits on SSH nodes, is left out of it, and says so). The
+wait per wake-up is bounded, not the wait per second: the latter grows with the packet rate
+(an unbound 16 Mbit/s Cubic transfer wakes its ends ~10,000 times a second and reached
+400-540 ms/s at 90-118 µs per wake-up while carrying 0.935-0.937 of capacity, as alone).
 """
 
 from __future__ import annotations
@@ -30,8 +33,6 @@ from pathlib import Path
 #: Bounds of the verdict: name -> (largest allowed, or smallest with "min:"), explanation.
 #: Calibrated by bench/bench_fidelity_tail.py (README "Emulation health").
 BOUNDS: dict[str, tuple[str, float, str]] = {
-    "tool_wait_ms_per_s": ("max", 400.0, "the tool ends' run-queue wait, ms per s of transfer "
-                           "(both ends added)"),
     "tool_wait_per_slice_us": ("max", 150.0, "the tool ends' mean run-queue wait per wake-up, "
                                "µs"),
     "delayline_late_p99_us": ("max", 1000.0, "the delay line's release lateness p99, µs"),

@@ -64,6 +64,7 @@ from latency_divide.trial.meta import (
 )
 from latency_divide.trial.rawio import compress_logs
 from latency_divide.trial.spec import (
+    MONITOR_RT_PRIORITY,
     PORT,
     TrialSpec,
     ping_argv,
@@ -154,12 +155,17 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         s_argv = sender_argv(spec, binary, tool_json(ep["sender"], SENDER_JSON), sender_addr)
         r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], RECEIVER_JSON),
                                sender_addr)
-        rt = tool_rt_priority(topo, (ep["sender"], ep["receiver"]), spec.tool_rt_priority)
-        s_argv, r_argv = realtime_argv(s_argv, rt["priority"]), realtime_argv(r_argv,
-                                                                             rt["priority"])
         p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
         q_dev = topo.gateway_egress(spec.direction)
         q_argv = topo.qsampler_argv(q_dev, spec.queue_interval_s)
+        rt = tool_rt_priority(topo, (ep["sender"], ep["receiver"], "gw", "cli"),
+                              spec.tool_rt_priority)
+        s_argv, r_argv = realtime_argv(s_argv, rt["priority"]), realtime_argv(r_argv,
+                                                                             rt["priority"])
+        # the monitors too, lowest of all: with the tool ends above every normal task, a
+        # queue sampler left to the normal scheduler starved on hosts full of fast links
+        mon = MONITOR_RT_PRIORITY if rt["priority"] else 0
+        q_argv, p_argv = realtime_argv(q_argv, mon), realtime_argv(p_argv, mon)
 
         qdisc_before = topo.qdisc_dump()
         snd = topo.start(ep["sender"], s_argv, stdout=d / SENDER_LOG, stderr=d / SENDER_LOG)

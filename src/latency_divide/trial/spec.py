@@ -28,6 +28,9 @@ PORT = 5550  # the paper's first tperf port; each trial has its own namespaces
 TOOL_RT_PRIORITY = 5
 #: Highest allowed (the delay line, the link itself, stays above the tool ends).
 MAX_TOOL_RT_PRIORITY = 9
+#: The queue sampler's and ping's SCHED_FIFO priority when the tool ends have one: above the
+#: normal tasks, below everything that carries the trial's packets.
+MONITOR_RT_PRIORITY = 1
 
 
 def realtime_argv(argv: list[str], priority: int) -> list[str]:
