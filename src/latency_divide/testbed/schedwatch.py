@@ -24,31 +24,30 @@ from dataclasses import dataclass, field
 PSI_CPU = "/proc/pressure/cpu"
 
 
-def read_psi_some_us(path: str = PSI_CPU) -> int | None:
-    """The host's cumulative CPU pressure (µs during which some runnable task waited for a
-    CPU), or None where the kernel has no PSI."""
+def _psi_some(key: str, path: str = PSI_CPU) -> float | None:
+    """One field (``total``, ``avg10``, ...) of the host's PSI ``some`` line, or None where
+    the kernel has no PSI."""
     try:
         with open(path) as f:
             for line in f:
                 if line.startswith("some "):
-                    for part in line.split():
-                        if part.startswith("total="):
-                            return int(part[6:])
-    except (OSError, ValueError):
+                    fields = dict(p.split("=", 1) for p in line.split()[1:])
+                    return float(fields[key])
+    except (OSError, ValueError, KeyError):
         return None
     return None
+
+
+def read_psi_some_us(path: str = PSI_CPU) -> int | None:
+    """The host's cumulative CPU pressure (µs during which some runnable task waited for a
+    CPU), or None where the kernel has no PSI."""
+    v = _psi_some("total", path)
+    return None if v is None else int(v)
 
 
 def psi_avg10(path: str = PSI_CPU) -> float | None:
     """The host's CPU pressure over the last 10 s (PSI some avg10, %), or None without PSI."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("some "):
-                    return float(line.split("avg10=")[1].split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return _psi_some("avg10", path)
 
 
 def read_schedstat(pid: int) -> dict[int, tuple[int, int, int]]:

@@ -30,7 +30,7 @@ import math
 import re
 from pathlib import Path
 
-#: Bounds of the verdict: name -> (largest allowed, or smallest with "min:"), explanation.
+#: Bounds of the verdict: name -> ("max" or "min", the bound, what it bounds).
 #: Calibrated by bench/bench_fidelity_tail.py (README "Emulation health").
 BOUNDS: dict[str, tuple[str, float, str]] = {
     "tool_wait_per_slice_us": ("max", 150.0, "the tool ends' mean run-queue wait per wake-up, "
@@ -135,14 +135,9 @@ def verdict(numbers: dict) -> dict:
 
 
 def bounds_table() -> str:
-    """The bounds as Markdown rows (README, `latency-divide health --bounds`)."""
+    """The bounds as a Markdown table (README "Emulation health")."""
     rows = ["| number | bound | what |", "|---|---|---|"]
     for name, (kind, bound, what) in BOUNDS.items():
         rows.append(f"| `{name}` | {'<=' if kind == 'max' else '>='} {bound:g} | {what} |")
     return "\n".join(rows)
 
-
-def health_of(meta: dict) -> dict:
-    """meta.json's health record, or {} for trials measured before it existed."""
-    h = meta.get("health")
-    return h if isinstance(h, dict) else {}
