@@ -38,11 +38,13 @@ class Variant:
 @dataclass(frozen=True)
 class TrialSettings:
     duration_s: float
-    repetitions: int
+    #: the repetition numbers every household runs (``repetitions: N`` is 1..N)
+    repetitions: tuple[int, ...]
     idle_s: float
     ping_interval_s: float
     queue_interval_s: float
     retries: int
+    order: str = "sweep"  # sweep | shuffled (seeded by households.seed)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,16 @@ class Config:
     raw: Mapping[str, Any]  # the validated mapping as given
     #: config files of data sets analysed beside this run (analysis.companions)
     companions: tuple[str, ...] = ()
+    #: buckets whose repetitions differ from trial.repetitions
+    repetitions_by_bucket: Mapping[str, tuple[int, ...]] = dataclasses.field(
+        default_factory=dict)
+
+    def repetitions_of(self, household_id: int) -> tuple[int, ...]:
+        """The repetition numbers of a household's trials (its bucket's, else the trial's)."""
+        for name, ids in self.households_by_bucket.items():
+            if household_id in ids and name in self.repetitions_by_bucket:
+                return self.repetitions_by_bucket[name]
+        return self.trial.repetitions
 
     def household_ids(self) -> list[int]:
         """Every household of the run, bucket by bucket in config order."""
@@ -163,10 +175,23 @@ def _check_limits(raw: Mapping[str, Any]) -> None:
             limits.check("delta", v["delta"], f"{key}.delta")
         if "window_bytes" in v:
             limits.check("window_bytes", v["window_bytes"], f"{key}.window_bytes")
-    for k in ("duration_s", "repetitions", "idle_s", "ping_interval_s", "queue_interval_s",
-              "retries"):
+    for i, b in enumerate(hh["buckets"]):
+        if "repetitions" in b:
+            _repetition_numbers(b["repetitions"], f"config: households.buckets[{i}].repetitions")
+    _repetition_numbers(raw["trial"]["repetitions"], "config: trial.repetitions")
+    for k in ("duration_s", "idle_s", "ping_interval_s", "queue_interval_s", "retries"):
         limits.check(k, raw["trial"][k], f"config: trial.{k}")
     limits.check("window_bytes", raw["tool"]["window_bytes"], "config: tool.window_bytes")
+
+
+def _repetition_numbers(value: int | list[int], key: str) -> tuple[int, ...]:
+    """``N`` is repetitions 1..N; a list names them (each in limits' range, sorted)."""
+    if isinstance(value, list):
+        for i, r in enumerate(value):
+            limits.check("repetition", r, f"{key}[{i}]")
+        return tuple(sorted(value))
+    limits.check("repetitions", value, key)
+    return tuple(range(1, value + 1))
 
 
 def _validate_schema(data: Any) -> None:
@@ -246,11 +271,12 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     t = raw["trial"]
     trial = TrialSettings(
         duration_s=float(t["duration_s"]),
-        repetitions=t["repetitions"],
+        repetitions=_repetition_numbers(t["repetitions"], "config: trial.repetitions"),
         idle_s=float(t["idle_s"]),
         ping_interval_s=float(t["ping_interval_s"]),
         queue_interval_s=float(t["queue_interval_s"]),
         retries=t["retries"],
+        order=t.get("order", "sweep"),
     )
     return Config(
         seed=hh["seed"],
@@ -264,6 +290,10 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         households_by_bucket={k: tuple(v) for k, v in by_bucket.items()},
         raw=raw,
         companions=tuple(raw.get("companions") or ()),
+        repetitions_by_bucket={
+            b["name"]: _repetition_numbers(b["repetitions"], f"config: households.buckets[{i}]"
+                                           ".repetitions")
+            for i, b in enumerate(hh["buckets"]) if "repetitions" in b},
     )
 
 

@@ -59,6 +59,26 @@ TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 1.5}
 SSH_CORES = 0.03
 
 
+#: Real-time work: both tool ends and the delay line run under SCHED_FIFO (trial.run), so
+#: they take a CPU before anything else and, together, must stay clear of the kernel's
+#: real-time throttling (sched_rt_runtime_us: 95 % of each CPU) with room for their bursts.
+#: Measured 2026-11-25 on 412 trials under load (the fresh sweep and the fast-links recheck,
+#: meta.json ``cpu_s`` of sender + receiver + delay line per second of transfer): 0.009 to
+#: 0.012 cores per Mbit/s at 10-40 Mbit/s (p90 0.0121 at 10-20 Mbit/s), 0.025 cores at idle.
+#: The constants are the tail of that, not its mean.
+RT_IDLE_CORES = 0.02
+RT_CORES_PER_MBIT = 0.0105
+
+
+#: What a trial asks for is at least its real-time cores times this: under the profile's
+#: budget of 900 the real-time work of all trials then stays under 900 / 1.15 = 780 per
+#: mille (1.57 cores of 2). In the recheck every trial whose transfer overlapped more than
+#: 1.7 cores of real-time work on average failed its health check (the delay line late by
+#: 2-6 ms at p99, the kernel logging "RT throttling activated"); up to 1.67 cores, none of
+#: the 304 trials of the fresh sweep did (bench/bench_admission_fit.py prints both).
+RT_HEADROOM = 1.15
+
+
 def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> float:
     """The most a trial can carry: the shaped rate, or less when the receiver window binds
     (window per RTT; queueing only lowers it further, so this is an upper bound)."""
@@ -66,6 +86,17 @@ def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> f
     if window_bytes and rtt_ms > 0:
         mbit = min(mbit, window_bytes * 8 / rtt_ms / 1000.0)
     return mbit
+
+
+def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
+             tool: str = "tquic-perf", testbed: str = "local") -> float:
+    """Expected real-time cores of one trial at the tail of its load: the tool ends and the
+    delay line, zero where the tools run on other hosts."""
+    if testbed == "ssh":
+        return 0.0
+    factor = TOOL_FACTOR.get(tool, max(TOOL_FACTOR.values()))
+    return RT_IDLE_CORES + RT_CORES_PER_MBIT * factor * carried_mbit(rate_kbit, rtt_ms,
+                                                                    window_bytes)
 
 
 def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
@@ -90,7 +121,9 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
                     busy_s: float = 65.0) -> int:
-    """The ``host_load`` a trial asks for, from its link plan (links.plan)."""
-    cores = trial_cores(plan.shaper(direction).rate_kbit, plan.rtt_ms, window_bytes, tool,
-                        testbed, busy_s)
-    return host_load(cores, cpu_count)
+    """The ``host_load`` a trial asks for, from its link plan (links.plan): its expected
+    cores, or its real-time cores with their headroom where those are more (fast links)."""
+    rate = plan.shaper(direction).rate_kbit
+    cores = trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s)
+    rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed)
+    return host_load(max(cores, RT_HEADROOM * rt), cpu_count)

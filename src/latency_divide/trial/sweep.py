@@ -3,17 +3,23 @@ variant, repetition) in sweep order, the TrialSpec of one, and a trial's nominal
 
 from __future__ import annotations
 
+import random
+
 from latency_divide.trial import definition
 from latency_divide.trial.spec import TrialSpec
 
 
 def trial_ids(cfg) -> list[tuple[str, int, str, str, int]]:
     """Every (definition id, household, direction, variant, repetition) of a run, in sweep
-    order."""
+    order, or shuffled with the households' seed where the config says ``trial.order:
+    shuffled`` (the order Snakemake is handed the trials' targets)."""
     ids = {v.name: definition.definition_id(definition.of_config(cfg, v)) for v in cfg.variants}
-    return [(ids[v.name], h, d, v.name, r)
-            for h in cfg.household_ids() for d in cfg.directions for v in cfg.variants
-            for r in range(1, cfg.trial.repetitions + 1)]
+    out = [(ids[v.name], h, d, v.name, r)
+           for h in cfg.household_ids() for d in cfg.directions for v in cfg.variants
+           for r in cfg.repetitions_of(h)]
+    if cfg.trial.order == "shuffled":
+        random.Random(cfg.seed).shuffle(out)
+    return out
 
 
 def spec_from_config(cfg, household, direction: str, variant: str, repetition: int,
