@@ -30,6 +30,8 @@ from _trials import ROOT
 from bench_fidelity_tail import run_sweep, sweep_config
 
 from latency_divide.analysis.metrics import summarize_trial
+from latency_divide.config import load_config
+from latency_divide.trial.sweep import trial_ids
 
 BASE = "config/fast-links.yaml"
 
@@ -63,8 +65,12 @@ def main() -> int:
                        repetitions=a.repetitions)
     wall = run_sweep(Path(a.sweep), cfg, [])
     new = [r for r in rows(Path(a.sweep) / "results" / "raw")]
+    # the reference trials of this companion's own definitions (results/raw also holds the
+    # tperf companions, whose variants have the same names)
+    defs = {t[0] for t in trial_ids(load_config(ROOT / BASE))}
     ref = {(int(r["household_id"]), r["direction"], r["variant"]): r
-           for r in rows(Path(a.reference)) if int(r["household_id"]) in households}
+           for r in rows(Path(a.reference))
+           if int(r["household_id"]) in households and r["definition_id"] in defs}
     verdicts = defaultdict(int)
     by = defaultdict(list)
     for r in new:

@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 import yaml
 
+from latency_divide.config import load_config
 from latency_divide.ops import admission
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import link_plan, make_linkplan
@@ -29,6 +30,46 @@ def test_cost_grows_with_the_rate_and_stops_at_the_window():
         admission.trial_cores(17476, 30.0, None), rel=1e-3)
     assert admission.trial_cores(35000, 30.0, None, tool="tperf") > fast
     assert admission.trial_cores(35000, 30.0, None, testbed="ssh") == admission.SSH_CORES
+
+
+def test_fast_trials_ask_for_their_real_time_cores_with_headroom():
+    """The tool ends and the delay line run under SCHED_FIFO: a fast trial asks for its
+    real-time cores (at their tail) times the headroom, which is more than its mean cost."""
+    assert admission.rt_cores(35000, 30.0, None, testbed="ssh") == 0.0
+    assert admission.rt_cores(2000, 30.0, None) < admission.rt_cores(35000, 30.0, None)
+    fast = link_plan(6000, 64925, 10.0)
+    rt = admission.rt_cores(64925, fast.rtt_ms, 1 << 20)
+    assert admission.RT_HEADROOM * rt > admission.trial_cores(64925, fast.rtt_ms, 1 << 20)
+    assert admission.trial_host_load(fast, "downlink", 1 << 20, cpu_count=2) == \
+        admission.host_load(admission.RT_HEADROOM * rt, cpu_count=2)
+    slow = link_plan(700, 2000, 30.0)  # slow links: the mean cost is the larger
+    assert admission.trial_host_load(slow, "uplink", 65536, cpu_count=2) == admission.host_load(
+        admission.trial_cores(700, slow.rtt_ms, 65536), cpu_count=2)
+
+
+def test_the_budget_keeps_the_real_time_work_of_any_mix_under_its_share():
+    """Whatever mix the profile's budget admits, the real-time cores the model expects stay
+    under budget / RT_HEADROOM: for the fast-links companion's unbound trials, greedily packed
+    from the most expensive, and for the paper's sweep."""
+    budget = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())["resources"]
+    budget = budget["host_load"]
+    for name in ("fast-links-checked.yaml", "config.yaml"):
+        cfg = load_config(ROOT / "config" / name)
+        trials = []
+        for hid in cfg.household_ids():
+            plan = make_linkplan(get_household(hid))
+            for d in cfg.directions:
+                for v in cfg.variants:
+                    w = cfg.tool_for(v).window_bytes
+                    rate = plan.shaper(d).rate_kbit
+                    trials.append((admission.trial_host_load(plan, d, w, cpu_count=2),
+                                   admission.rt_cores(rate, plan.rtt_ms, w)))
+        for order in (sorted(trials, reverse=True), sorted(trials)):
+            used, rt = 0, 0.0
+            for load, cores in order:
+                if used + load <= budget:
+                    used, rt = used + load, rt + cores
+            assert rt * 1000 / 2 <= budget / admission.RT_HEADROOM + 1, (name, rt)
 
 
 def test_host_load_is_a_share_of_this_host():

@@ -23,9 +23,15 @@ def _write(tmp, name, **changes):
 def test_the_main_config_names_the_published_companions():
     cfg = load_config(ROOT / "config/config.yaml")
     comps = load_companions(cfg.companions, base=ROOT)
-    assert [c.name for c in comps] == ["fast-links", "mvfst", "mvfst-fast-links"]
-    fast, mvfst, _ = comps
+    assert [c.name for c in comps] == ["fast-links", "fast-links-checked", "mvfst",
+                                       "mvfst-fast-links"]
+    fast, checked, mvfst, _ = comps
     assert len(fast.trials) == 28 * 2 * 8
+    # measured again: the unbound definitions of fast-links, repetition 2 (2-4 on $50+)
+    unbound = {t[0] for t in fast.trials if t[3].endswith("-1m")}
+    assert {t[0] for t in checked.trials} == unbound
+    assert len(checked.trials) == 19 * 2 * 4 + 9 * 2 * 4 * 3
+    assert {t[4] for t in checked.trials} == {2, 3, 4}
     assert len(mvfst.trials) == 38 * 2 * 4 and mvfst.cfg.tool.name == "tperf"
     # the fast-links capped variants are the reference run's trials, not new ones
     ref = {t[0] for t in trial_ids(cfg)}

@@ -133,6 +133,11 @@ def test_sampled_buckets_match_the_cli_draw(base, capsys):
         ({"households__buckets__0__max": None}, ["'30-40'", "unbounded"]),
         ({"tool__name": "tperf"}, ["tool.path", "tperf"]),
         ({"testbed__kind": "ssh"}, ["testbed.inventory", "ssh"]),
+        ({"trial__repetitions": [0, 2]}, ["trial.repetitions[0]", "0"]),
+        ({"trial__repetitions": [2, 2]}, ["trial.repetitions", "[2, 2]"]),
+        ({"households__buckets__2__repetitions": [1, 5000]},
+         ["households.buckets[2].repetitions[1]", "5000"]),
+        ({"trial__order": "random"}, ["trial.order", "'random'"]),
     ],
 )
 def test_config_errors_name_key_and_value(base, change, words):
@@ -159,3 +164,29 @@ def test_load_config_does_not_modify_its_input(base):
     before = copy.deepcopy(base)
     load_config(base)
     assert base == before
+
+
+def test_repetitions_by_number_and_by_bucket(base):
+    """``repetitions`` is a count (1..N) or the repetition numbers themselves; a bucket may
+    name its own (a published repetition 1 measured again as 2, 3, 4)."""
+    from latency_divide.trial.sweep import trial_ids
+
+    c = load_config(variant(base, trial__repetitions=[2], households__buckets__3__repetitions=3))
+    fast = set(c.households_by_bucket["50+"])
+    for _, hid, _, _, rep in trial_ids(c):
+        assert rep in ((1, 2, 3) if hid in fast else (2,)), (hid, rep)
+    assert c.repetitions_of(next(iter(fast))) == (1, 2, 3)
+    assert len(trial_ids(c)) == 2 * 4 * (len(c.household_ids()) + 2 * len(fast))
+    # the definitions are those of the count form: repetitions do not shape a trial
+    assert {t[0] for t in trial_ids(c)} == {t[0] for t in trial_ids(load_config(base))}
+
+
+def test_shuffled_order_is_a_seeded_permutation(base):
+    from latency_divide.trial.sweep import trial_ids
+
+    sweep = trial_ids(load_config(base))
+    shuffled = trial_ids(load_config(variant(base, trial__order="shuffled")))
+    assert shuffled != sweep and sorted(shuffled) == sorted(sweep)
+    assert shuffled == trial_ids(load_config(variant(base, trial__order="shuffled")))
+    other = trial_ids(load_config(variant(base, trial__order="shuffled", households__seed=2)))
+    assert other != shuffled

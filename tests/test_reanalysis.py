@@ -113,8 +113,9 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     before = raw_state(clone)
     trials = published_trials(clone)
     # the reference run (304), the fast-links run (224 more), mvfst's tperf: the paper's sweep
-    # (304) and its fast links unbound (144 more)
-    assert len(trials) == 976
+    # (304) and its fast links unbound (144 more); the fast links unbound measured again with
+    # health checks (368 more)
+    assert len(trials) == 976 + 368
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
@@ -124,7 +125,7 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # the published companion data sets (config: companions) are analysed beside the run
     assert jobs.get("companion_tables_fast_links") == 1, jobs
     assert jobs.get("companion_figures_fast_links") == 1, jobs
-    for name in ("mvfst", "mvfst_fast_links"):
+    for name in ("fast_links_checked", "mvfst", "mvfst_fast_links"):
         assert jobs.get(f"companion_tables_{name}") == 1, jobs
         assert jobs.get(f"companion_figures_{name}") == 1, jobs
     assert "refusing to measure" not in log
@@ -147,6 +148,12 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
         assert (fast / f"figures/{f}.pdf").stat().st_size > 0
     mv = pq.read_table(clone / "results/companions/mvfst/tables/trials.parquet").to_pandas()
     assert len(mv) == 304 and mv["definition_id"].nunique() == 4 and (mv["tool"] == "tperf").all()
+    checked = pq.read_table(clone / "results/companions/fast-links-checked/tables/"
+                            "trials.parquet").to_pandas()
+    assert len(checked) == 368 and set(checked["repetition"]) == {2, 3, 4}
+    assert (checked["health_verdict"] == "pass").all()
+    assert set(checked["definition_id"]) == set(
+        ft.loc[ft["window_bytes"] == 1048576, "definition_id"])
     mvf = pq.read_table(clone / "results/companions/mvfst-fast-links/tables/trials.parquet")
     assert mvf.num_rows == 288 and len(set(mvf.column("definition_id").to_pylist())) == 8
     # the same command again: nothing to do
@@ -266,7 +273,7 @@ def _analysis_fails(clone: Path, env, *needles: str) -> str:
 def _analysed(clone: Path, env) -> None:
     """The pulled data analysed (test_pull_then_all_... does it when the module runs whole)."""
     if not all((clone / f"results/companions/{c}/tables/trials.parquet").exists()
-               for c in ("fast-links", "mvfst", "mvfst-fast-links")):
+               for c in ("fast-links", "fast-links-checked", "mvfst", "mvfst-fast-links")):
         run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
 
 
@@ -381,7 +388,11 @@ def test_the_published_fast_links_run_reanalyses_with_no_trial(pulled):
             clone, env)
     jobs = job_counts(p.stdout + p.stderr)
     assert "trial" not in jobs and jobs.get("analysis_tables") == 1, jobs
-    assert len(published_trials(clone)) == 976
+    p = run([SNAKEMAKE, "all", "-n", "--cores", "1", "--configfile",
+             "config/fast-links-checked.yaml"], clone, env)
+    jobs = job_counts(p.stdout + p.stderr)
+    assert "trial" not in jobs and jobs.get("analysis_tables") == 1, jobs
+    assert len(published_trials(clone)) == 976 + 368
 
 
 def test_a_companion_with_a_trial_missing_is_left_out_and_named(pulled):

@@ -189,6 +189,16 @@ def timeseries_plot(ts: dict[str, pd.DataFrame], trials: pd.DataFrame, household
     )
 
 
+def baseline_variant(trials: pd.DataFrame, baseline: str = "cubic") -> str:
+    """``baseline`` where a variant has that name, else the one Cubic variant there is (a
+    data set of unbound variants only has ``cubic-1m``)."""
+    names = set(trials["variant"])
+    if baseline in names:
+        return baseline
+    cubic = sorted(set(trials.loc[trials["cc"] == "cubic", "variant"]))
+    return cubic[0] if len(cubic) == 1 else baseline
+
+
 def divide_table(trials: pd.DataFrame, baseline: str = "cubic") -> pd.DataFrame:
     """Per price_bucket x direction x Copa variant: households, mean and 95 % CI of the
     per-household reduction 100 * (1 - copa_delay / baseline_delay) of self_delay_mean_ms.
@@ -200,6 +210,7 @@ def divide_table(trials: pd.DataFrame, baseline: str = "cubic") -> pd.DataFrame:
 
     per_hh = (trials.groupby(["price_bucket", "direction", "variant", "household_id"],
                              observed=True)["self_delay_mean_ms"].mean().reset_index())
+    baseline = baseline_variant(trials, baseline)
     base_rows = trials.loc[trials["variant"] == baseline]
     if base_rows.empty:
         raise FigureError(f"divide: no trials of the baseline variant {baseline!r}")
@@ -241,6 +252,7 @@ def divide_plot(trials: pd.DataFrame, baseline: str = "cubic"):
         position_dodge,
     )
 
+    baseline = baseline_variant(trials, baseline)
     d = divide_table(trials, baseline)
     if d.empty:
         raise FigureError(f"divide: no household has both {baseline} and Copa trials")
