@@ -88,6 +88,18 @@ def test_divide_leaves_out_nonpositive_baseline_with_warning(built):
         figures.divide_table(tr, baseline="bbr")
 
 
+def test_divide_baseline_is_the_one_cubic_variant_of_an_unbound_data_set(built):
+    """config/fast-links-checked.yaml has cubic-1m and no `cubic`: that is the baseline."""
+    _, t, _ = built
+    tr = t.trials.copy()
+    tr["variant"] = tr["variant"] + "-1m"
+    d = figures.divide_table(tr)
+    assert not d.empty and not d["variant"].str.startswith("cubic").any()
+    assert figures.baseline_variant(tr) == "cubic-1m"
+    tr2 = pd.concat([tr, t.trials])  # two Cubic variants: no guess
+    assert figures.baseline_variant(tr2) == "cubic"
+
+
 def test_orders_and_household_choice(built):
     _, t, _ = built
     assert figures.bucket_order(["50+", "30-40", "0-30", "40-50", "100+"]) == [

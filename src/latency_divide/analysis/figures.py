@@ -190,13 +190,12 @@ def timeseries_plot(ts: dict[str, pd.DataFrame], trials: pd.DataFrame, household
 
 
 def baseline_variant(trials: pd.DataFrame, baseline: str = "cubic") -> str:
-    """``baseline`` where a variant has that name, else the one Cubic variant there is (a
-    data set of unbound variants only has ``cubic-1m``)."""
-    names = set(trials["variant"])
-    if baseline in names:
+    """``baseline`` where a variant has that name, else the one variant whose congestion
+    control it names (a data set of unbound variants only has ``cubic-1m``)."""
+    if baseline in set(trials["variant"]):
         return baseline
-    cubic = sorted(set(trials.loc[trials["cc"] == "cubic", "variant"]))
-    return cubic[0] if len(cubic) == 1 else baseline
+    same_cc = sorted(set(trials.loc[trials["cc"] == baseline, "variant"]))
+    return same_cc[0] if len(same_cc) == 1 else baseline
 
 
 def divide_table(trials: pd.DataFrame, baseline: str = "cubic") -> pd.DataFrame:
