@@ -30,3 +30,16 @@ rule all:
     input:
         all_targets(),
     default_target: True
+
+
+# Under a cluster executor (profiles/slurm, docs/cluster.md) only trials are cluster jobs: the
+# cheap rules run on the submitting host, at once, without a queue wait.
+localrules:
+    all,
+    households,
+    households_table,
+    linkplans,
+    provision_node,
+    provision,
+    analysis_tables,
+    figures,

@@ -1,4 +1,5 @@
 from latency_divide.ops.progress import health_report, mark_run_start
+from latency_divide.ops.slurmnode import slurm_preflight, trial_gres
 from latency_divide.paths import RUN_START
 
 # Stage 3: trials. One job per (definition, household, direction, variant, repetition) on the
@@ -33,6 +34,9 @@ rule trial:
     threads: 0
     resources:
         host_load=trial_host_load,
+        # under Slurm (profiles/slurm): the same model in thousandths of a core, packed
+        # against each node's `hostload` GRES (latency_divide.ops.slurmnode, docs/cluster.md)
+        gres=lambda wc: trial_gres(CFG, int(wc.household), wc.direction, wc.variant),
     conda:
         "../envs/trials.yaml"
     script:
@@ -48,6 +52,9 @@ rule trials:
 
 onstart:
     mark_run_start(RUN_START)
+    # under Slurm: fail now, not hang, if the job status check cannot work; export the tool's
+    # sha256 to the jobs, whose node check compares (latency_divide.ops.slurmnode)
+    slurm_preflight(workflow, CFG.tool.binary())
 
 
 # The run's end: did the emulation hold for every trial it measured (README "Emulation health")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything latency-divide needs on a fresh Debian/Ubuntu machine; safe to re-run.
-#  - Debian packages (iproute2, ping, ethtool, openssh, build tools) when missing (needs root)
+#  - Debian packages (iproute2, ping, ethtool, openssh, build tools, munge and Slurm for the
+#    test cluster) when missing (needs root)
 #  - .venv/ with the pinned Python dependencies (requirements.lock) and our package
 #  - the Rust tools (cargo workspace, Cargo.lock) built in release mode into target/release/
 set -euo pipefail
@@ -13,6 +14,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 declare -A NEED=(
   [ip]=iproute2 [tc]=iproute2 [ping]=iputils-ping [ethtool]=ethtool
   [sshd]=openssh-server [ssh]=openssh-client [cmake]=cmake [g++]=g++ [git]=git
+  # the one-host Slurm test cluster (latency_divide.ops.slurmlab, tests/test_slurm.py)
+  [munged]=munge [slurmctld]=slurmctld [slurmd]=slurmd [sbatch]=slurm-client
 )
 missing=()
 for prog in "${!NEED[@]}"; do

@@ -41,6 +41,7 @@ def _trial_job(smk, log) -> None:
     from latency_divide.config import config_hash, load_config
     from latency_divide.data.households import get_household
     from latency_divide.ops.progress import progress
+    from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
     from latency_divide.trial.layout import META, trial_meta_path
     from latency_divide.trial.meta import live_topologies
@@ -70,6 +71,10 @@ def _trial_job(smk, log) -> None:
     try:
         with open_testbed(cfg.testbed.kind, cfg.testbed.inventory, any_free_slice=True,
                           log=say) as testbed:
+            if under_slurm():  # a cluster node: check it before anything starts, name it
+                check_node(spec, testbed, raw_root)
+                say(f"[latency-divide] trial {spec.trial_id}: Slurm job "
+                    f"{os.environ.get('SLURM_JOB_ID')} on node {node_name()}")
             d = run_trial_with_retries(spec, raw_root, retries=cfg.trial.retries, log=say,
                                        testbed=testbed)
     except BaseException:

@@ -18,6 +18,19 @@ def live_topologies() -> int:
     return len(list(d.glob("*.json"))) if d.is_dir() else 0
 
 
+def executor_info() -> dict:
+    """Who ran this trial (meta.json ``executor``): a Slurm job (its id, array task and node,
+    from the job's environment) or this host directly (the local executor, the CLI)."""
+    env = os.environ
+    if env.get("SLURM_JOB_ID"):
+        return {"kind": "slurm", "job_id": env["SLURM_JOB_ID"],
+                "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+                "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+                "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
+                "cluster": env.get("SLURM_CLUSTER_NAME")}
+    return {"kind": "local", "node": socket.gethostname()}
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -56,6 +56,7 @@ from latency_divide.trial.layout import (
 from latency_divide.trial.meta import (
     cpu_busy_pct,
     cpu_times,
+    executor_info,
     host_info,
     job_cpu_s,
     live_topologies,
@@ -275,6 +276,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         # health"): run-queue waits, delay-line lateness, CPU pressure, queue samples, verdict
         "health": trial_health,
         "sched": sched,
+        "executor": executor_info(),
         "host": {**host_before, "loadavg_after": list(os.getloadavg()),
                  "cpu_busy_pct": cpu_busy_pct(cpu_before, cpu_times())},
         # trials running on this host (live topologies, this one included) at start and end

@@ -1,0 +1,364 @@
+"""Trials on a real Slurm cluster (issue 23, docs/cluster.md): munged, slurmctld and two slurmd
+(nodes ld1, ld2) on this host from Debian's packages (latency_divide.ops.slurmlab), driven by
+Snakemake's Slurm executor through profiles/slurm. No mocked Slurm: real daemons, real sbatch.
+
+- a small sweep runs as Slurm jobs on both nodes and agrees trial by trial with the same
+  sweep on the local executor;
+- ``scancel`` (SIGTERM and SIGKILL) and a node taken down mid-trial leave no complete-looking
+  trial and no namespace; the rerun completes the sweep without redoing finished trials;
+- packing: with a node budget that admits k trials, squeue never shows more than k running;
+- the executor's status check cannot hang here (no accounting: squeue, MinJobAge);
+- a node whose tool differs fails at once, naming the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from latency_divide.analysis.metrics import summarize_trial
+from latency_divide.config import load_config
+from latency_divide.ops.slurmlab import SlurmLab
+from latency_divide.ops.slurmnode import trial_gres
+
+from conftest import ROOT, VENV_BIN
+
+
+HOUSEHOLDS = {"0-30": [11406], "30-40": [12512]}
+VARIANTS = ("cubic", "copa-0.5")
+#: per-trial bounds against the same trial elsewhere (README "Emulation health", issue 22)
+NT_BOUND, SD_ABS_MS, SD_REL = 0.03, 1.0, 0.20
+INIT_S = 5  # the executor's first status check (s): short trials, short waits
+
+
+def _missing_programs() -> list[str]:
+    return [p for p in ("munged", "slurmctld", "slurmd", "sbatch")
+            if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ld-slurm")
+
+
+def _lab(base: Path, name: str, port: int, **kw) -> SlurmLab:
+    missing = _missing_programs()
+    if missing:
+        pytest.fail(f"Slurm programs missing: {missing}: run scripts/setup.sh (it installs "
+                    "munge, slurmctld, slurmd, slurm-client)", pytrace=False)
+    lab = SlurmLab(dir=Path(f"/tmp/ld-slurm-{name}-{os.getpid()}"), ctld_port=port,
+                   results=base, **kw)
+    return lab.up()
+
+
+@pytest.fixture(scope="module")
+def lab(base):
+    # 500 millicores per node: the 8 trials of the sweep (97-121 each) need both nodes
+    lab = _lab(base, "test", 16717, budget=500)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def _workflow(dst: Path, *, households=HOUSEHOLDS, variants=VARIANTS, duration=20, idle=3,
+              reps=1, directions=("uplink", "downlink")) -> Path:
+    dst.mkdir(parents=True)
+    for item in ("Snakefile", "rules", "workflow", "config", "envs", "resources", "profiles"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst / item)
+    cfg = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    cfg["households"]["buckets"] = [b for b in cfg["households"]["buckets"]
+                                    if b["name"] in households]
+    for b in cfg["households"]["buckets"]:
+        b["ids"] = households[b["name"]]
+    cfg["variants"] = [v for v in cfg["variants"] if v["name"] in variants]
+    cfg["directions"] = list(directions)
+    cfg["trial"].update(duration_s=duration, idle_s=idle, repetitions=reps)
+    (dst / "config" / "slurm.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return dst
+
+
+def _env(lab: SlurmLab | None = None, **extra) -> dict:
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **extra}
+    env.pop("SLURM_JOB_ID", None)
+    return lab.env(env) if lab else env
+
+
+def _slurm_argv(wf: Path, *extra: str) -> list[str]:
+    return [str(VENV_BIN / "snakemake"), "trials", "--workflow-profile", "profiles/slurm",
+            "--configfile", "config/slurm.yaml", "--slurm-init-seconds-before-status-checks",
+            str(INIT_S), "--slurm-logdir", str(wf / "slurmlogs"), *extra]
+
+
+def _metas(wf: Path) -> list[Path]:
+    return sorted((wf / "results" / "raw").rglob("meta.json"))
+
+
+def _key(meta: Path) -> tuple:
+    return meta.relative_to(meta.parents[5]).parts[:-1]
+
+
+def _ld_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith("ld-")]
+
+
+def _wait(pred, timeout: float, what: str, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"snakemake exited ({proc.returncode}) while waiting for "
+                                 f"{what}:\n{proc.stdout.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.25)
+
+
+# ------------------------------------------------------------------------------------------
+
+def test_a_trials_request_is_the_admission_model_in_millicores():
+    """The GRES request is the local admission model, not scaled to the submitting host."""
+    from latency_divide.data.households import get_household
+    from latency_divide.links.plan import make_linkplan
+    from latency_divide.ops import admission
+    from latency_divide.ops.slurmnode import gres
+
+    cfg = load_config(str(ROOT / "config" / "config.yaml"))
+    for hh, direction in ((11406, "uplink"), (12251, "downlink")):
+        req = int(trial_gres(cfg, hh, direction, "cubic").split(":")[1])
+        plan = make_linkplan(get_household(hh, cfg.buckets), qfactor=cfg.qfactor)
+        local = admission.trial_host_load(plan, direction, 65536, cpu_count=4,
+                                          busy_s=cfg.trial.idle_s + cfg.trial.duration_s)
+        # per mille of a 4-core host = millicores / 4, rounded up
+        assert local == max(1, -(-req // 4)) or abs(local - req / 4) <= 1, (hh, req, local)
+    for bad in (0, -5, 1.5, True, "3"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            gres(bad)
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_status_check_cannot_hang_without_accounting(lab):
+    """No slurmdbd: sacct cannot answer (the plugin's sacct check would wait forever), so the
+    profile uses squeue, which still lists a finished job because MinJobAge is long enough."""
+    from snakemake_executor_plugin_slurm.job_status_query import get_min_job_age
+
+    sacct = subprocess.run(["sacct", "-X", "-n"], capture_output=True, text=True,
+                           env=lab.env())
+    assert sacct.returncode != 0 and "accounting storage is disabled" in sacct.stderr
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["slurm-status-command"] == "squeue"
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = lab.env()["SLURM_CONF"]
+    try:
+        min_age = get_min_job_age()
+    finally:
+        os.environ.pop("SLURM_CONF") if old is None else os.environ.update(SLURM_CONF=old)
+    # the plugin falls back to sacct below 3 x the first status delay
+    assert min_age >= 3 * profile["slurm-init-seconds-before-status-checks"]
+    job = lab.sbatch(["--job-name", "ld-probe", "--gres=hostload:1", "--mem=50", "-o",
+                      "/dev/null", "--wrap", "true"])
+    _wait(lambda: [job, "COMPLETED"] in [r[:2] for r in lab.squeue("%i %T")], 60,
+          f"job {job} to show COMPLETED in squeue")
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_a_run_that_could_not_see_its_jobs_end_fails_at_once(lab, base):
+    """The plugin's sacct check (its default) would wait forever here: the run stops before
+    submitting anything, and says why."""
+    wf = _workflow(base / "sacct", households={"0-30": [11406]}, variants=("cubic",),
+                   directions=("uplink",), duration=5, idle=1)
+    before = lab.squeue("%i")
+    t0 = time.monotonic()
+    res = subprocess.run(_slurm_argv(wf, "--slurm-status-command", "sacct"), cwd=wf,
+                         env=_env(lab), capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
+    assert "would wait forever" in res.stderr and "accounting storage is disabled" in res.stderr
+    assert time.monotonic() - t0 < 120
+    assert lab.squeue("%i") == before, "a job was submitted"
+    assert not _metas(wf)
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_sweep_on_slurm_agrees_with_local(lab, base):
+    wf = _workflow(base / "sweep-slurm")
+    t0 = time.monotonic()
+    res = subprocess.run(_slurm_argv(wf), cwd=wf, env=_env(lab), capture_output=True,
+                         text=True, timeout=900)
+    slurm_s = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-4000:]
+    metas = _metas(wf)
+    assert len(metas) == 2 * 2 * 2
+    jobs, nodes = set(), set()
+    for m in metas:
+        meta = json.loads(m.read_text())
+        ex = meta["executor"]
+        assert ex["kind"] == "slurm" and ex["job_id"] and ex["node"] in lab.node_names, ex
+        assert ex["cluster"] == lab.cluster
+        jobs.add(ex["job_id"])
+        nodes.add(ex["node"])
+        assert meta["health"]["verdict"] == "pass", (m, meta["health"])
+    assert len(jobs) == len(metas), "every trial is its own Slurm job"
+    assert nodes == set(lab.node_names), f"trials ran on {nodes} only"
+
+    local = _workflow(base / "sweep-local")
+    res = subprocess.run([str(VENV_BIN / "snakemake"), "--cores", "1", "trials",
+                          "--configfile", "config/slurm.yaml"], cwd=local, env=_env(),
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    lmetas = _metas(local)
+    # the same trial directories (same definition ids): the results tree does not change
+    assert [_key(m) for m in lmetas] == [_key(m) for m in metas]
+    wrong = []
+    for s, l in zip(metas, lmetas):
+        assert json.loads(l.read_text())["executor"]["kind"] == "local"
+        a, b = summarize_trial(s.parent), summarize_trial(l.parent)
+        dnt = a["norm_tput"] - b["norm_tput"]
+        dsd = a["self_delay_mean_ms"] - b["self_delay_mean_ms"]
+        if abs(dnt) > NT_BOUND or abs(dsd) > max(SD_ABS_MS, SD_REL * b["self_delay_mean_ms"]):
+            wrong.append(f"{'/'.join(_key(s))}: norm_tput {a['norm_tput']:.3f} (slurm) vs "
+                         f"{b['norm_tput']:.3f} (local), self-delay "
+                         f"{a['self_delay_mean_ms']:.2f} vs {b['self_delay_mean_ms']:.2f} ms")
+    assert not wrong, wrong
+    print(f"slurm sweep of {len(metas)} trials: {slurm_s:.1f} s")
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_killed_trials_leave_nothing_and_the_rerun_completes(lab, base):
+    """scancel (SIGTERM: the job's own teardown), scancel -s KILL (no handler runs: the
+    Epilog's `latency-divide clean`) and a node set DOWN, all mid-trial."""
+    wf = _workflow(base / "kill", duration=30)
+    argv = _slurm_argv(wf, "--keep-going")
+    proc = subprocess.Popen(argv, cwd=wf, env=_env(lab), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    down = None
+    try:
+        def running() -> dict[str, str]:
+            return {r[0]: r[2] for r in lab.squeue("%i %T %N") if r[1] == "RUNNING"}
+
+        # every trial's job is running and its topology is up (owner records on this host)
+        from latency_divide.testbed.netns import STATE_DIR
+        _wait(lambda: len(running()) == 8 and len(list(STATE_DIR.glob("*.json"))) >= 8, 120,
+              "8 running trials", proc)
+        time.sleep(3)
+        jobs = running()
+        by_node = {n: sorted(j for j, jn in jobs.items() if jn == n) for n in lab.node_names}
+        assert all(by_node.values()), f"trials on one node only: {by_node}"
+        term, kill = by_node["ld1"][0], by_node["ld1"][-1]
+        down = "ld2"
+        victims = {term, kill, *by_node["ld2"]}
+        t_kill = time.time()
+        subprocess.run(["scancel", term], env=lab.env(), check=True)
+        if kill != term:
+            subprocess.run(["scancel", "--signal=KILL", kill], env=lab.env(), check=True)
+        subprocess.run(["scontrol", "update", f"NodeName={down}", "State=DOWN",
+                        "Reason=ld-test-node-down"], env=lab.env(), check=True)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, out[-3000:]
+    # no namespace left (the Epilog cleans what SIGKILL left; give the jobs time to end)
+    _wait(lambda: not _ld_namespaces(), 90, f"namespaces to go: {_ld_namespaces()}")
+    # no complete-looking trial from a killed attempt, no temporary directory left. The jobs
+    # of the node set DOWN are requeued by Slurm (JobRequeue=1, the default) under the same
+    # job id and may complete later: such a trial must have started after the kill.
+    for m in _metas(wf):
+        meta = json.loads(m.read_text())
+        ex = meta["executor"]
+        assert ex["job_id"] not in {term, kill}, (m, ex)
+        if ex["job_id"] in victims:
+            assert meta["timing"]["started_unix"] > t_kill, (m, ex, meta["timing"])
+    for d in (wf / "results" / "raw").glob("def-*/*/*/*/*"):
+        assert d.name.startswith("rep") and (d / "meta.json").exists() or not any(d.iterdir()), d
+    assert not list((wf / "results" / "raw").rglob(".ld-tmp-*"))
+    done_before = {m: m.stat().st_mtime_ns for m in _metas(wf)}
+    assert len(done_before) < 8
+
+    # (ReturnToService=2 may have brought it back already: then RESUME is refused, harmlessly)
+    subprocess.run(["scontrol", "update", f"NodeName={down}", "State=RESUME"], env=lab.env(),
+                   capture_output=True)
+    _wait(lab.all_idle, 60, "both nodes idle again")
+    res = subprocess.run(_slurm_argv(wf), cwd=wf, env=_env(lab), capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert len(_metas(wf)) == 8
+    for m, mtime in done_before.items():
+        assert m.stat().st_mtime_ns == mtime, f"{m}: a completed trial was redone"
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_packing_never_exceeds_the_node_budget(base):
+    """One node whose hostload budget admits k = 2 of these trials: squeue never shows more
+    than 2 of them running on it, and does show 2."""
+    wf = _workflow(base / "packing", households={"0-30": [11406]}, variants=("cubic",),
+                   directions=("uplink",), reps=5, duration=5, idle=1)
+    cfg = load_config(str(wf / "config" / "slurm.yaml"))
+    req = int(trial_gres(cfg, 11406, "uplink", "cubic").split(":")[1])
+    k = 2
+    lab = _lab(base, "pack", 16737, nodes=1, budget=k * req + req // 2)
+    try:
+        proc = subprocess.Popen(_slurm_argv(wf), cwd=wf, env=_env(lab), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        most, samples = 0, 0
+        try:
+            while proc.poll() is None:
+                rows = lab.squeue("%i %T %N %b")
+                now = [r for r in rows if r[1] == "RUNNING" and r[2] == "ld1"]
+                assert all(r[3].endswith(f"hostload:{req}") for r in now), now
+                most = max(most, len(now))
+                samples += 1
+                time.sleep(0.2)
+            out = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, out[-3000:]
+    finally:
+        lab.down()
+    assert len(_metas(wf)) == 5
+    assert most == k, f"at most {most} running at once over {samples} squeue samples"
+    # the trials' own clocks agree: no three transfers overlapped
+    spans = [(json.loads(m.read_text())["timing"]["transfer_started_unix"],
+              json.loads(m.read_text())["timing"]["transfer_ended_unix"]) for m in _metas(wf)]
+    for t, _ in spans:
+        assert sum(1 for a, b in spans if a <= t < b) <= k
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_a_node_with_another_tool_build_fails_at_once_naming_it(lab, base):
+    wf = _workflow(base / "badtool", households={"0-30": [11406]}, variants=("cubic",),
+                   directions=("uplink",), duration=5, idle=1)
+    t0 = time.monotonic()
+    res = subprocess.run(_slurm_argv(wf), cwd=wf, env=_env(lab, LATENCY_DIVIDE_TOOL_SHA256="0" * 64),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
+    assert not _metas(wf)
+    logs = "".join(p.read_text(errors="replace") for p in (wf / "slurmlogs").rglob("*.log"))
+    logs += "".join(p.read_text() for p in (wf / "logs").rglob("*.log"))
+    assert "cannot run trial" in logs and "sha256" in logs, logs[-3000:]
+    assert any(f"node {n} (Slurm job" in logs for n in lab.node_names), logs[-3000:]
+    assert time.monotonic() - t0 < 120
+
+
+def test_the_lab_refuses_bad_settings_naming_them():
+    from latency_divide.errors import ConfigError
+
+    for kw, text in (({"dir": "/tmp/ld slurm"}, "'/tmp/ld slurm'"), ({"nodes": 0}, "nodes: 0"),
+                     ({"budget": "900"}, "budget: '900'"), ({"cluster": "Bad_Name"}, "Bad_Name")):
+        with pytest.raises(ConfigError, match=text):
+            SlurmLab(**kw)
