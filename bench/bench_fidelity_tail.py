@@ -37,21 +37,21 @@ import numpy as np
 import yaml
 from _trials import CLI, ROOT, VARIANTS, Trial, run_batch, summaries
 
+from latency_divide.trial.health import (FIDELITY_NT, FIDELITY_SD_ABS_MS, FIDELITY_SD_REL,
+                                         beyond_fidelity)
+
 DEFAULT_HOUSEHOLDS = [1290, 12491, 13133, 12334, 9960, 28928, 615016, 615520, 12512, 27337]
 #: Per-trial bounds (README "Emulation health", issue 22): |Δ norm_tput|, and |Δ self-delay|
 #: beyond max(SD_ABS_MS, SD_REL x alone)
-NT_BOUND, SD_ABS_MS, SD_REL = 0.03, 1.0, 0.20
+NT_BOUND, SD_ABS_MS, SD_REL = FIDELITY_NT, FIDELITY_SD_ABS_MS, FIDELITY_SD_REL
 #: Share of trials allowed beyond the bounds
 TAIL_SHARE = 0.01
 LINKED = ("Snakefile", "rules", "workflow", "config", "profiles", "envs", "resources")
 
 
 def beyond(a: dict, b: dict) -> tuple[float, float, bool]:
-    dnt = float(b["norm_tput"]) - float(a["norm_tput"])
-    dsd = float(b["self_delay_mean_ms"]) - float(a["self_delay_mean_ms"])
-    bad = abs(dnt) > NT_BOUND or abs(dsd) > max(SD_ABS_MS, SD_REL * abs(
-        float(a["self_delay_mean_ms"])))
-    return dnt, dsd, bad
+    """Trial ``b`` against the same trial alone, ``a`` (trial.health.beyond_fidelity)."""
+    return beyond_fidelity(b, a)
 
 
 def sweep_config(households: list[int], variants: list[str], duration: float,

@@ -27,14 +27,13 @@ from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
 from latency_divide.ops.slurmlab import SlurmLab
 from latency_divide.ops.slurmnode import trial_gres
+from latency_divide.trial.health import beyond_fidelity
 
 from conftest import ROOT, VENV_BIN
 
 
 HOUSEHOLDS = {"0-30": [11406], "30-40": [12512]}
 VARIANTS = ("cubic", "copa-0.5")
-#: per-trial bounds against the same trial elsewhere (README "Emulation health", issue 22)
-NT_BOUND, SD_ABS_MS, SD_REL = 0.03, 1.0, 0.20
 INIT_S = 5  # the executor's first status check (s): short trials, short waits
 
 
@@ -222,9 +221,8 @@ def test_sweep_on_slurm_agrees_with_local(lab, base):
     for s, l in zip(metas, lmetas):
         assert json.loads(l.read_text())["executor"]["kind"] == "local"
         a, b = summarize_trial(s.parent), summarize_trial(l.parent)
-        dnt = a["norm_tput"] - b["norm_tput"]
-        dsd = a["self_delay_mean_ms"] - b["self_delay_mean_ms"]
-        if abs(dnt) > NT_BOUND or abs(dsd) > max(SD_ABS_MS, SD_REL * b["self_delay_mean_ms"]):
+        # per-trial bounds against the same trial elsewhere (README "Emulation health")
+        if beyond_fidelity(a, b)[2]:
             wrong.append(f"{'/'.join(_key(s))}: norm_tput {a['norm_tput']:.3f} (slurm) vs "
                          f"{b['norm_tput']:.3f} (local), self-delay "
                          f"{a['self_delay_mean_ms']:.2f} vs {b['self_delay_mean_ms']:.2f} ms")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latency_divide.errors import ConfigError, EnvironmentError_
+from latency_divide.testbed.runners import pid_alive
 
 #: Where a lab lives unless told otherwise (our prefix; removed by ``down``).
 DEFAULT_DIR = Path("/tmp/ld-slurm")
@@ -241,7 +242,7 @@ class SlurmLab:
         if missing:
             raise EnvironmentError_("missing programs: " + ", ".join(missing) +
                                     "; run scripts/setup.sh")
-        if any(_alive(pid) for pid in self.pids().values()):
+        if any(pid_alive(pid) for pid in self.pids().values()):
             raise EnvironmentError_(f"a Slurm lab is already running in {self.dir} "
                                     f"(PIDs {self.pids()}); stop it with `down --dir {self.dir}`")
         self.write_config()
@@ -279,7 +280,7 @@ class SlurmLab:
     def down(self, timeout: float = 60.0) -> None:
         """Cancel the cluster's jobs, stop every daemon we started (by PID) and remove DIR."""
         pids = self.pids()
-        if pids.get("slurmctld") and _alive(pids["slurmctld"]):
+        if pids.get("slurmctld") and pid_alive(pids["slurmctld"]):
             _run(["scancel", "--full", "--partition", PARTITION], self.env(), check=False)
             try:
                 _wait(lambda: not _run(["squeue", "-h", "-o", "%i"], self.env(),
@@ -288,7 +289,7 @@ class SlurmLab:
                 pass
         for name in [n for n in pids if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
             pid = pids.get(name)
-            if pid and _alive(pid):
+            if pid and pid_alive(pid):
                 _stop(pid)
         if self.dir.is_dir() and str(self.dir) != "/":
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -304,29 +305,15 @@ class SlurmLab:
         return [line.split() for line in p.stdout.splitlines() if line.strip()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _stop(pid: int, timeout: float = 15.0) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.1)
-    if _alive(pid):
+    if pid_alive(pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -43,6 +43,25 @@ BOUNDS: dict[str, tuple[str, float, str]] = {
 _LATE = re.compile(r"\blate_(ab|ba)_(p50|p99|max)_us=([0-9.]+|na)\b")
 
 
+#: Per-trial fidelity (README "Emulation health", issue 22): a trial against the same trial
+#: measured alone (or elsewhere) may differ by at most this in normalized throughput, and in
+#: self-induced delay by at most max(FIDELITY_SD_ABS_MS, FIDELITY_SD_REL x the reference's).
+FIDELITY_NT = 0.03
+FIDELITY_SD_ABS_MS = 1.0
+FIDELITY_SD_REL = 0.20
+
+
+def beyond_fidelity(got: dict, ref: dict) -> tuple[float, float, bool]:
+    """(Δ norm_tput, Δ self-delay ms, beyond the bounds?) of trial row ``got`` against the
+    reference row ``ref`` (``summarize_trial`` rows of the same trial)."""
+    dnt = float(got["norm_tput"]) - float(ref["norm_tput"])
+    sd_ref = float(ref["self_delay_mean_ms"])
+    dsd = float(got["self_delay_mean_ms"]) - sd_ref
+    bad = abs(dnt) > FIDELITY_NT or abs(dsd) > max(FIDELITY_SD_ABS_MS,
+                                                   FIDELITY_SD_REL * abs(sd_ref))
+    return dnt, dsd, bad
+
+
 def delayline_lateness(log_text: str) -> dict[str, float | None]:
     """The worst direction's release lateness (p50/p99/max µs) from the delay line's usage
     line (tools/delayline/README.md); None each without the keys (older delay line, netem)."""
