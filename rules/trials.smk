@@ -37,10 +37,38 @@ rule trial:
         # under Slurm (profiles/slurm): the same model in thousandths of a core, packed
         # against each node's `hostload` GRES (latency_divide.ops.slurmnode, docs/cluster.md)
         gres=lambda wc: trial_gres(CFG, int(wc.household), wc.direction, wc.variant),
+        # what a trial job asks Slurm for besides (a local run ignores these): one CPU, shared
+        # (threads: 0 would become `--cpus-per-task=0`, which sbatch refuses; the trials'
+        # partition has OverSubscribe=FORCE:k, docs/cluster.md); a 60 s trial takes ~75 s, up
+        # to 3 attempts with waits: 30 minutes is never binding
+        cpus_per_task=1,
+        mem_mb=300,
+        runtime=30,
     conda:
         "../envs/trials.yaml"
     script:
         "../workflow/scripts/run_trial.py"
+
+
+# The costliest trials first (ops.admission.HEAVY_FIRST): the same rule for the
+# households whose trials in a direction reach that cost, at a higher priority. Snakemake picks
+# by priority before it maximizes the number of jobs running.
+use rule trial as trial_heavy_downlink with:
+    wildcard_constraints:
+        household=_heavy_households("downlink"),
+        direction="downlink",
+    priority: 1
+
+
+use rule trial as trial_heavy_uplink with:
+    wildcard_constraints:
+        household=_heavy_households("uplink"),
+        direction="uplink",
+    priority: 1
+
+
+ruleorder: trial_heavy_downlink > trial
+ruleorder: trial_heavy_uplink > trial
 
 
 # `snakemake trials`: every trial of the run and nothing downstream (dvc.yaml's trials stage).

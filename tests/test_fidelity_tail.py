@@ -29,8 +29,14 @@ pytestmark = pytest.mark.netns
 #: at once), the 16 Mbit/s links where the bias was worst, and a fast household (56 Mbit/s)
 HOUSEHOLDS = {"0-30": [11406, 13570, 7884, 797760, 13013],
               "30-40": [615514, 615016, 12512, 615520], "40-50": [1290, 12491], "50+": [27337]}
-#: compared with the same trial alone: Copa δ = 0.8 on the links where it was hurt
-ALONE = [(1290, "downlink"), (12491, "downlink"), (615520, "downlink"), (27337, "uplink")]
+#: Compared with the same trial alone: Copa δ = 0.8 on the links where it was hurt. Only
+#: trials that repeat alone within the bound can be judged by one alone run: 615520 downlink
+#: (3.5 Mbit/s, 2 x BDP of bfifo) does not: its Copa overshoots in slow start into the small
+#: buffer in about half the runs, alone too, and stays lossy for 1 to 3 s (tquic's Copa lowers
+#: δ to 0.5 while a round loses >= 10 %). 26 runs alone at 20 s: 14 lost 23-230 packets,
+#: self-delay 6.6 to 10.2 ms, against a bound of 1.5 ms (README "Emulation health"). 797760
+#: downlink (the same link class, no slow-start loss alone or in any sweep) stands for it.
+ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink"), (27337, "uplink")]
 #: At this test's scale the tool ends' mean wait per wake-up was 47-51 µs at most with them at
 #: real-time priority, and 86-106 µs with them under the normal scheduler as before the fix
 #: (where the full sweep's crowding took it to 219-283 µs and bent Copa): a guard between the

@@ -26,7 +26,7 @@ import yaml
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
 from latency_divide.ops.slurmlab import SlurmLab
-from latency_divide.ops.slurmnode import trial_gres
+from latency_divide.ops.slurmnode import profile_executor_conflict, trial_gres
 from latency_divide.trial.health import beyond_fidelity
 
 from conftest import ROOT, VENV_BIN
@@ -95,6 +95,15 @@ def _slurm_argv(wf: Path, *extra: str) -> list[str]:
     return [str(VENV_BIN / "snakemake"), "trials", "--workflow-profile", "profiles/slurm",
             "--configfile", "config/slurm.yaml", "--slurm-init-seconds-before-status-checks",
             str(INIT_S), "--slurm-logdir", str(wf / "slurmlogs"), *extra]
+
+
+def _executor_argv(wf: Path) -> list[str]:
+    """`snakemake --executor slurm` with profiles/default as every run has it and no Slurm
+    profile: only the settings a cluster without accounting needs (docs/cluster.md)."""
+    return [str(VENV_BIN / "snakemake"), "trials", "--executor", "slurm", "--jobs", "100",
+            "--configfile", "config/slurm.yaml", "--slurm-status-command", "squeue",
+            "--slurm-no-account", "--slurm-init-seconds-before-status-checks", str(INIT_S),
+            "--slurm-logdir", str(wf / "slurmlogs")]
 
 
 def _metas(wf: Path) -> list[Path]:
@@ -168,6 +177,27 @@ def test_status_check_cannot_hang_without_accounting(lab):
           f"job {job} to show COMPLETED in squeue")
 
 
+def test_profile_flag_that_profiles_default_would_override_is_refused(tmp_path):
+    """`snakemake --profile profiles/slurm all`, the command a Snakemake user tries first: the
+    workflow profile (profiles/default) overrides it key by key and would measure every trial
+    here; the run refuses before any trial starts and names the two commands that work."""
+    wf = _workflow(tmp_path / "wf", households={"0-30": [11406]}, variants=("cubic",),
+                   directions=("uplink",), duration=5, idle=1)
+    res = subprocess.run([str(VENV_BIN / "snakemake"), "--profile", "profiles/slurm",
+                          "--cores", "1", "trials", "--configfile", "config/slurm.yaml"],
+                         cwd=wf, env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
+    assert "--workflow-profile profiles/slurm" in res.stderr, res.stderr[-2000:]
+    assert "--executor slurm" in res.stderr
+    assert not _metas(wf) and not (wf / "results" / "raw").exists()
+    assert profile_executor_conflict(["snakemake", "--profile", str(wf / "profiles/slurm"),
+                                      "--executor", "slurm"], {}, "ldlocal") is None
+    assert profile_executor_conflict(["snakemake"], {"SNAKEMAKE_PROFILE": str(
+        wf / "profiles/slurm")}, "ldlocal") is not None
+    assert profile_executor_conflict(["snakemake", "--profile=" + str(wf / "profiles/default")],
+                                     {}, "ldlocal") is None
+
+
 @pytest.mark.netns
 @pytest.mark.slow
 def test_a_run_that_could_not_see_its_jobs_end_fails_at_once(lab, base):
@@ -189,9 +219,11 @@ def test_a_run_that_could_not_see_its_jobs_end_fails_at_once(lab, base):
 @pytest.mark.netns
 @pytest.mark.slow
 def test_sweep_on_slurm_agrees_with_local(lab, base):
+    """Through `--executor slurm` (issue 23's command; the other tests use the profile): the
+    default profile's local budget does not bound the cluster (a trial asks this host for 0)."""
     wf = _workflow(base / "sweep-slurm")
     t0 = time.monotonic()
-    res = subprocess.run(_slurm_argv(wf), cwd=wf, env=_env(lab), capture_output=True,
+    res = subprocess.run(_executor_argv(wf), cwd=wf, env=_env(lab), capture_output=True,
                          text=True, timeout=900)
     slurm_s = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-4000:]

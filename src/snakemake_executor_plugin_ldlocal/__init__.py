@@ -12,8 +12,11 @@ it with ``executor: ldlocal``.
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import sys
 
 from snakemake.executors import local as _local
+from snakemake_interface_common.exceptions import WorkflowError
 
 common_settings = _local.common_settings
 
@@ -24,6 +27,13 @@ MIN_WORKERS = 256
 class Executor(_local.Executor):
     def __post_init__(self):
         super().__post_init__()
+        from latency_divide.ops.slurmnode import profile_executor_conflict
+
+        # `snakemake --profile profiles/slurm all` lands here (profiles/default overrides it):
+        # refuse rather than measure a cluster's sweep on this host
+        conflict = profile_executor_conflict(sys.argv, dict(os.environ), "ldlocal")
+        if conflict:
+            raise WorkflowError(conflict)
         if self.workers < MIN_WORKERS:
             self.pool.shutdown(wait=False)
             self.workers = MIN_WORKERS
