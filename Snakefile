@@ -5,6 +5,13 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
+# Trials are admitted by their host_load budget (profiles/default), not by --cores: Snakemake's
+# local executor must not cap them at --cores + 5 (snakemake_executor_plugin_ldlocal). Done
+# here, not with `executor:` in profiles/default, which would override `--profile`.
+from snakemake_executor_plugin_ldlocal import widen_local_executor
+
+widen_local_executor()
+
 
 configfile: "config/config.yaml"
 

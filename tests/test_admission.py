@@ -125,8 +125,12 @@ def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
 
 def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
     """Snakemake's own local executor runs at most --cores + 5 jobs at once; ours is limited
-    by the resource budget only (12 zero-thread jobs of load 100 under a budget of 1200)."""
-    (tmp_path / "Snakefile").write_text(
+    by the resource budget only (12 zero-thread jobs of load 100 under a budget of 1200), as
+    is the local executor of a Snakefile that widens it as ours does (no `executor` key in
+    profiles/default, so that `--profile profiles/slurm` is not overridden)."""
+    widen = "from snakemake_executor_plugin_ldlocal import widen_local_executor\n" \
+            "widen_local_executor()\n"
+    rules = (
         "rule all:\n"
         "    input: expand('o/{i}.txt', i=range(12))\n"
         "rule t:\n"
@@ -134,13 +138,14 @@ def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
         "    threads: 0\n"
         "    resources: host_load=100\n"
         "    shell: 'date +%s.%N > {output}; sleep 3; date +%s.%N >> {output}'\n")
-    for executor, most in (("local", 6), ("ldlocal", 12)):
+    for executor, head, most in (("local", "", 6), ("ldlocal", "", 12), ("local", widen, 12)):
+        (tmp_path / "Snakefile").write_text(head + rules)
         out = subprocess.run([str(SNAKEMAKE), "--executor", executor, "--cores", "1",
                               "--resources", "host_load=1200", "-q"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         spans = [[float(x) for x in p.read_text().split()] for p in (tmp_path / "o").iterdir()]
         peak = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-        assert peak == most, (executor, peak)
+        assert peak == most, (executor, bool(head), peak)
         subprocess.run(["rm", "-rf", str(tmp_path / "o"), str(tmp_path / ".snakemake")],
                        check=True)

@@ -26,7 +26,7 @@ import yaml
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
 from latency_divide.ops.slurmlab import SlurmLab
-from latency_divide.ops.slurmnode import profile_executor_conflict, trial_gres
+from latency_divide.ops.slurmnode import trial_gres
 from latency_divide.trial.health import beyond_fidelity
 
 from conftest import ROOT, VENV_BIN
@@ -92,7 +92,9 @@ def _env(lab: SlurmLab | None = None, **extra) -> dict:
 
 
 def _slurm_argv(wf: Path, *extra: str) -> list[str]:
-    return [str(VENV_BIN / "snakemake"), "trials", "--workflow-profile", "profiles/slurm",
+    """The documented command, `snakemake --profile profiles/slurm ...` (profiles/default is
+    loaded as the workflow profile too, as in every run)."""
+    return [str(VENV_BIN / "snakemake"), "trials", "--profile", "profiles/slurm",
             "--configfile", "config/slurm.yaml", "--slurm-init-seconds-before-status-checks",
             str(INIT_S), "--slurm-logdir", str(wf / "slurmlogs"), *extra]
 
@@ -175,27 +177,6 @@ def test_status_check_cannot_hang_without_accounting(lab):
                       "/dev/null", "--wrap", "true"])
     _wait(lambda: [job, "COMPLETED"] in [r[:2] for r in lab.squeue("%i %T")], 60,
           f"job {job} to show COMPLETED in squeue")
-
-
-def test_profile_flag_that_profiles_default_would_override_is_refused(tmp_path):
-    """`snakemake --profile profiles/slurm all`, the command a Snakemake user tries first: the
-    workflow profile (profiles/default) overrides it key by key and would measure every trial
-    here; the run refuses before any trial starts and names the two commands that work."""
-    wf = _workflow(tmp_path / "wf", households={"0-30": [11406]}, variants=("cubic",),
-                   directions=("uplink",), duration=5, idle=1)
-    res = subprocess.run([str(VENV_BIN / "snakemake"), "--profile", "profiles/slurm",
-                          "--cores", "1", "trials", "--configfile", "config/slurm.yaml"],
-                         cwd=wf, env=_env(), capture_output=True, text=True, timeout=300)
-    assert res.returncode != 0
-    assert "--workflow-profile profiles/slurm" in res.stderr, res.stderr[-2000:]
-    assert "--executor slurm" in res.stderr
-    assert not _metas(wf) and not (wf / "results" / "raw").exists()
-    assert profile_executor_conflict(["snakemake", "--profile", str(wf / "profiles/slurm"),
-                                      "--executor", "slurm"], {}, "ldlocal") is None
-    assert profile_executor_conflict(["snakemake"], {"SNAKEMAKE_PROFILE": str(
-        wf / "profiles/slurm")}, "ldlocal") is not None
-    assert profile_executor_conflict(["snakemake", "--profile=" + str(wf / "profiles/default")],
-                                     {}, "ldlocal") is None
 
 
 @pytest.mark.netns

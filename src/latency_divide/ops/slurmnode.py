@@ -215,37 +215,3 @@ def slurm_preflight(workflow, tool_binary: Path) -> None:
         raise EnvironmentError_(problem)
 
 
-
-def profile_executor_conflict(argv: list[str], environ: dict, running: str) -> str | None:
-    """Why this run must not start, or None: ``--profile P`` (or SNAKEMAKE_PROFILE) names a
-    profile whose ``executor`` is not the one running and no ``--executor`` was given. Snakemake
-    always loads profiles/default as the workflow profile too, and a workflow profile overrides
-    ``--profile`` key by key, so ``snakemake --profile profiles/slurm all`` would silently
-    run every trial on this host with this host's budget (docs/cluster.md)."""
-    import yaml
-
-    def value(flag: str) -> str | None:
-        for i, arg in enumerate(argv):
-            if arg == flag and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-        return None
-
-    if value("--executor") is not None or any(a == "-e" for a in argv):
-        return None
-    profile = value("--profile") or environ.get("SNAKEMAKE_PROFILE")
-    if not profile:
-        return None
-    cfg = next((Path(profile) / n for n in ("config.v8+.yaml", "config.yaml")
-                if (Path(profile) / n).is_file()), None)
-    if cfg is None:
-        return None
-    wanted = (yaml.safe_load(cfg.read_text()) or {}).get("executor")
-    if not wanted or wanted == running:
-        return None
-    return (f"--profile {profile} asks for executor {wanted!r}, but the workflow profile "
-            f"profiles/default (which Snakemake always loads and lets override --profile) "
-            f"selects {running!r}: this run would measure every trial on this host. Use "
-            f"`snakemake --workflow-profile {profile} ...` or add `--executor {wanted}` "
-            "(docs/cluster.md).")
