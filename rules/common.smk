@@ -6,7 +6,6 @@ from latency_divide.config import load_config
 from latency_divide.trial.layout import ID_PATTERN
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
-from latency_divide.ops.admission import HEAVY_FIRST
 from latency_divide.ops.admission import trial_host_load as admission_host_load
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import make_linkplan
@@ -59,25 +58,6 @@ def trial_host_load(wildcards):
     return admission_host_load(_LINKPLANS[hid], wildcards.direction, tool.window_bytes,
                                tool.name, CFG.testbed.kind,
                                busy_s=CFG.trial.idle_s + CFG.trial.duration_s)
-
-
-def _heavy_households(direction):
-    """The households whose trial in `direction` costs at least admission.HEAVY_FIRST (any
-    variant): they start first (rules/trials.smk). A wildcard regex; one that matches nothing
-    when there are none."""
-    heavy = set()
-    for _d, hid, dirn, variant, _rep in TRIALS:
-        if dirn != direction or hid in heavy:
-            continue
-        hid = int(hid)
-        if hid not in _LINKPLANS:
-            _LINKPLANS[hid] = make_linkplan(get_household(hid, CFG.buckets), qfactor=CFG.qfactor)
-        tool = CFG.tool_for(CFG.variant(variant))
-        if admission_host_load(_LINKPLANS[hid], direction, tool.window_bytes, tool.name,
-                               CFG.testbed.kind,
-                               busy_s=CFG.trial.idle_s + CFG.trial.duration_s) >= HEAVY_FIRST:
-            heavy.add(hid)
-    return "|".join(str(h) for h in sorted(heavy)) or "(?!)"
 
 
 def trial_targets():

@@ -50,27 +50,6 @@ rule trial:
         "../workflow/scripts/run_trial.py"
 
 
-# The costliest trials first (ops.admission.HEAVY_FIRST): the same rule for the
-# households whose trials in a direction reach that cost, at a higher priority. Snakemake picks
-# by priority before it maximizes the number of jobs running.
-use rule trial as trial_heavy_downlink with:
-    wildcard_constraints:
-        household=_heavy_households("downlink"),
-        direction="downlink",
-    priority: 1
-
-
-use rule trial as trial_heavy_uplink with:
-    wildcard_constraints:
-        household=_heavy_households("uplink"),
-        direction="uplink",
-    priority: 1
-
-
-ruleorder: trial_heavy_downlink > trial
-ruleorder: trial_heavy_uplink > trial
-
-
 # `snakemake trials`: every trial of the run and nothing downstream (dvc.yaml's trials stage).
 rule trials:
     input:

@@ -76,9 +76,7 @@ def job_counts(output: str) -> dict[str, int]:
     counts = {}
     for line in m.group(1).splitlines():
         name, n = line.split()
-        # the costliest trials run as copies of rule trial that start first (rules/trials.smk)
-        name = "trial" if name.startswith("trial_heavy_") else name
-        counts[name] = counts.get(name, 0) + int(n)
+        counts[name] = int(n)
     return counts
 
 

@@ -118,15 +118,6 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
     return max(1, min(MAX_REQUEST, math.ceil(FULL_HOST * cores / n)))
 
 
-#: Trials whose host_load is at least this start first (rules/trials.smk, trial_heavy_*): left
-#: alone, Snakemake's scheduler fills the budget with the most jobs, i.e. the cheapest, and
-#: leaves the fast links for a tail of a few at once (a fresh clone's sweep, 2026-11-25: the
-#: last 12 of 21 minutes ran only the 68 downlinks of >= 11 Mbit/s, 3 to 7 at once). Costliest
-#: first (longest processing time first) leaves a tail of cheap trials that pack densely.
-#: 80 thousandths of the 2-core host: the paper's downlinks of >= 11 Mbit/s.
-HEAVY_FIRST = 80
-
-
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
                     busy_s: float = 65.0) -> int:
