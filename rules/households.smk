@@ -31,3 +31,29 @@ rule households_table:
         "logs/households_table/households_table.log",
     script:
         "../workflow/scripts/households_table.py"
+
+
+# A population sample (households.population_sample, docs/population.md): the draw itself,
+# beside the households table. One row per household of the data set: drawn (with its rank),
+# not drawn, or excluded before the draw with the reason. Only for such a config.
+if CFG.population is not None:
+
+    rule population_sample:
+        input:
+            data=HOUSEHOLD_DATA,
+        output:
+            table="results/tables/population_sample.parquet",
+        params:
+            population=CFG.population.to_dict(),
+            seed=CFG.seed,
+            buckets=[{"name": b.name, "min": b.min_usd, "max": b.max_usd} for b in CFG.buckets],
+            qfactor=CFG.qfactor,
+        log:
+            "logs/population_sample/population_sample.log",
+        localrule: True
+        conda:
+            "../envs/workflow.yaml"
+        script:
+            "../workflow/scripts/population_sample.py"
+
+    TARGET_FUNCTIONS.append(lambda: ["results/tables/population_sample.parquet"])

@@ -20,7 +20,13 @@ import jsonschema
 import yaml
 
 from latency_divide import limits
-from latency_divide.data.buckets import Bucket, resolve_buckets, validate_buckets
+from latency_divide.data.buckets import (
+    Bucket,
+    PopulationSample,
+    population_draw,
+    resolve_buckets,
+    validate_buckets,
+)
 from latency_divide.errors import ConfigError, yaml_path
 from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
 
@@ -93,9 +99,19 @@ class Config:
     #: buckets whose repetitions differ from trial.repetitions
     repetitions_by_bucket: Mapping[str, tuple[int, ...]] = dataclasses.field(
         default_factory=dict)
+    #: households.population_sample, if the households are a population draw (then ``buckets``
+    #: hold the drawn households as ``ids``, as if the config had listed them)
+    population: PopulationSample | None = None
+    #: households whose repetitions differ from their bucket's and trial.repetitions (the
+    #: population sample's ``repeat`` share)
+    repetitions_by_household: Mapping[int, tuple[int, ...]] = dataclasses.field(
+        default_factory=dict)
 
     def repetitions_of(self, household_id: int) -> tuple[int, ...]:
-        """The repetition numbers of a household's trials (its bucket's, else the trial's)."""
+        """The repetition numbers of a household's trials (its own, else its bucket's, else
+        the trial's)."""
+        if household_id in self.repetitions_by_household:
+            return self.repetitions_by_household[household_id]
         for name, ids in self.households_by_bucket.items():
             if household_id in ids and name in self.repetitions_by_bucket:
                 return self.repetitions_by_bucket[name]
@@ -167,6 +183,12 @@ def _check_limits(raw: Mapping[str, Any]) -> None:
             limits.check("price_usd", b["max"], f"{key}.max")
         if "sample" in b:
             limits.check("sample", b["sample"], f"{key}.sample")
+    if "population_sample" in hh:
+        pop = PopulationSample.from_dict(hh["population_sample"],
+                                         "config: households.population_sample")
+        if pop.repeat is not None:
+            _repetition_numbers(hh["population_sample"]["repeat"]["repetitions"],
+                                "config: households.population_sample.repeat.repetitions")
     limits.check("qfactor", raw["qfactor"], "config: qfactor")
     for i, v in enumerate(raw["variants"]):
         key = f"config: variants[{i}]"
@@ -235,8 +257,22 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         )
         for b in hh["buckets"]
     )
-    validate_buckets(buckets)
-    by_bucket = resolve_buckets(buckets, hh["seed"], data)
+    population = None
+    repetitions_by_household: dict[int, tuple[int, ...]] = {}
+    if "population_sample" in hh:
+        population = PopulationSample.from_dict(hh["population_sample"],
+                                                "config: households.population_sample")
+        validate_buckets(buckets, population=True)
+        draw = population_draw(population, buckets, hh["seed"], data, float(raw["qfactor"]))
+        buckets = draw.resolved_buckets()
+        by_bucket = {name: list(ids) for name, ids in draw.by_bucket.items()}
+        if population.repeat is not None:
+            reps = _repetition_numbers(hh["population_sample"]["repeat"]["repetitions"],
+                                       "config: households.population_sample.repeat.repetitions")
+            repetitions_by_household = {h: reps for h in draw.repeated}
+    else:
+        validate_buckets(buckets)
+        by_bucket = resolve_buckets(buckets, hh["seed"], data)
 
     variants = []
     names: set[str] = set()
@@ -294,6 +330,8 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
             b["name"]: _repetition_numbers(b["repetitions"], f"config: households.buckets[{i}]"
                                            ".repetitions")
             for i, b in enumerate(hh["buckets"]) if "repetitions" in b},
+        population=population,
+        repetitions_by_household=repetitions_by_household,
     )
 
 
