@@ -1,16 +1,34 @@
 """The traffic tool's log parser, on real captured tquic-perf output (tests/data/tool/, from
 5-second transfers over a 4 Mbit/s, 20 ms topology), on real captured mvfst tperf output
-(tests/data/tool/tperf-*, see its README.md) and on a tperf-format example."""
+(tests/data/tool/tperf-*, see its README.md) and on a tperf-format example.
+
+The sender's RTT report (sender.json, sender.log): on the captured logs (before tquic-perf
+reported RTT samples), on the output of the real binary (target/release/tquic-perf, a short
+transfer over loopback, no namespaces needed) and, for mvfst, on the real tperf qlog
+(tests/data/qlog/)."""
 
 import gzip
+import json
 import re
+import shutil
+import socket
 
 import pytest
-from conftest import TEST_DATA
+from conftest import ROOT, TEST_DATA
 
-from latency_divide.parsers.tool import Interval, ToolParseError, parse_tool_log
+from latency_divide.analysis.metrics import transport_rtt_of
+from latency_divide.parsers.tool import (
+    Interval,
+    SenderRtt,
+    ToolParseError,
+    parse_sender_json,
+    parse_sender_log,
+    parse_tool_log,
+)
+from latency_divide.testbed.runners import LocalRunner, wait_for
 
 DATA = TEST_DATA / "tool"
+TOOL = ROOT / "target" / "release" / "tquic-perf"
 
 
 @pytest.mark.parametrize("name, received, duration_s, printed_mibps", [
@@ -204,3 +222,116 @@ def test_only_4_or_8_digit_dates_are_glog_prefixes(date, is_prefix):
     assert log.complete is is_prefix
     assert log.received_bytes == (3725918 if is_prefix else None)
     assert log.errors == (["write error with stream=3"] if is_prefix else [])
+
+
+# ------------------------------------------------------------------------------------------
+# the sender's RTT report
+# ------------------------------------------------------------------------------------------
+
+def test_captured_sender_log_before_rtt_samples_has_none():
+    rtt = parse_sender_log((DATA / "copa-server.log").read_text())
+    assert rtt == SenderRtt(min_rtt_ms=20.135, srtt_ms=27.211)
+    assert rtt.rtt_samples is None and rtt.rtt_mean_ms is None
+
+
+@pytest.mark.parametrize("name", [
+    "tperf-2021flags-sender.log", "tperf-glog-year-server-cubic.stderr", "copa-client.log",
+])
+def test_logs_without_a_connection_stats_line_give_none(name):
+    assert parse_sender_log((DATA / name).read_text()) is None
+
+
+def test_old_fixture_trial_has_no_transport_rtt():
+    # A trial of JSON format 1 (no rtt_* keys) and its sender.log without them.
+    trial = TEST_DATA / "trials" / "def-062df6263f" / "9254" / "downlink" / "cubic" / "rep1"
+    assert parse_sender_json((trial / "sender.json").read_text()).rtt_samples is None
+    assert transport_rtt_of(trial) == (None, None)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{", "not valid JSON"),
+    ("[]", "no 'sender' object"),
+    ('{"sender": {"rtt_samples": 1.5}}', "rtt_samples=1.5 is not a number"),
+    ('{"sender": {"rtt_mean_ms": "x"}}', "is not a number"),
+    ('{"sender": {"rtt_mean_ms": -1}}', "out of range"),
+])
+def test_malformed_sender_json_raises(text, match):
+    with pytest.raises(ToolParseError, match=match):
+        parse_sender_json(text)
+
+
+def test_malformed_or_cut_connection_stats_line():
+    line = (DATA / "copa-server.log").read_text().splitlines()[-1]
+    with pytest.raises(ToolParseError, match="line 1: srtt_ms='abc'"):
+        parse_sender_log(line.replace("srtt_ms=27.211", "srtt_ms=abc") + "\n")
+    assert parse_sender_log(line) is None      # no newline: cut mid-write, ignored
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def loopback_run(tmp_path_factory):
+    """sender.log and sender.json of a real 2-s Copa transfer over loopback."""
+    if not TOOL.is_file():
+        pytest.fail(f"{TOOL} is missing: cargo build --release -p tquic-perf")
+    d = tmp_path_factory.mktemp("loopback")
+    port = str(_free_udp_port())
+    server = LocalRunner().start(
+        [str(TOOL), "-mode", "server", "-host", "127.0.0.1", "-port", port, "-once",
+         "-congestion", "copa", "-latency_factor", "0.5", "-json", str(d / "sender.json")],
+        stderr=d / "sender.log")
+    try:
+        wait_for(lambda: "server listening" in (d / "sender.log").read_text()
+                 or server.poll() is not None, timeout=10, what="the server to listen")
+        res = LocalRunner().run(
+            [str(TOOL), "-mode", "client", "-host", "127.0.0.1", "-port", port,
+             "-duration", "2", "-json", str(d / "receiver.json")], check=False, timeout=30)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert server.wait(timeout=15) == 0
+    finally:
+        server.stop()
+    return d
+
+
+def test_real_sender_report_has_rtt_samples_in_json_and_log(loopback_run):
+    d = loopback_run
+    doc = json.loads((d / "sender.json").read_text())
+    assert doc["format_version"] == 2
+    js = parse_sender_json((d / "sender.json").read_text())
+    log = parse_sender_log((d / "sender.log").read_text())
+    # The log line and the JSON report the same connection with the same numbers.
+    assert log == js
+    assert js.rtt_samples > 10
+    assert doc["sender"]["packets_sent"] >= js.rtt_samples
+    assert js.min_rtt_ms <= js.rtt_p50_ms * 1.005 <= js.rtt_p90_ms * 1.01
+    assert js.min_rtt_ms <= js.rtt_mean_ms < 1000
+    # The client reports no sender numbers.
+    rj = parse_sender_json((d / "receiver.json").read_text())
+    assert rj.rtt_samples is None and rj.rtt_mean_ms is None
+
+
+def test_transport_rtt_of_a_trial_from_sender_json_else_sender_log(loopback_run, tmp_path):
+    js = parse_sender_json((loopback_run / "sender.json").read_text())
+    shutil.copy(loopback_run / "sender.json", tmp_path)
+    shutil.copy(loopback_run / "sender.log", tmp_path)
+    assert transport_rtt_of(tmp_path) == (js.rtt_mean_ms, js.rtt_samples)
+    (tmp_path / "sender.json").write_text("{")          # unreadable: the log is used
+    assert transport_rtt_of(tmp_path) == (js.rtt_mean_ms, js.rtt_samples)
+    (tmp_path / "sender.json").unlink()
+    assert transport_rtt_of(tmp_path) == (js.rtt_mean_ms, js.rtt_samples)
+
+
+def test_transport_rtt_of_a_tperf_trial_from_its_qlog(tmp_path):
+    # The real tperf server qlog (tests/data/qlog/README.md): 95 acks, one sample each.
+    assert transport_rtt_of(tmp_path) == (None, None)
+    (tmp_path / "sender.log").write_text((DATA / "tperf-2021flags-sender.log").read_text())
+    (tmp_path / "qlog").mkdir()
+    shutil.copy(TEST_DATA / "qlog" / "tperf-11406-copa-0.8-3s.qlog.gz", tmp_path / "qlog")
+    mean, n = transport_rtt_of(tmp_path)
+    assert n == 95
+    assert mean == pytest.approx(82.4999, abs=1e-4)
+    assert 67.567 <= mean < 200     # above the qlog's min RTT

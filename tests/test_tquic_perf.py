@@ -20,7 +20,7 @@ import pytest
 from latency_divide.testbed.local import Topology, resolve_delay_mechanism
 from latency_divide.testbed.netns import SERVER_ADDR
 from latency_divide.links.plan import LinkPlan, link_plan
-from latency_divide.parsers.tool import parse_tool_log
+from latency_divide.parsers.tool import parse_sender_json, parse_sender_log, parse_tool_log
 from latency_divide.testbed.runners import LocalRunner, wait_for
 
 from conftest import ROOT
@@ -164,6 +164,17 @@ def test_three_second_transfer_parses_and_goodput_is_plausible(topo, tool, tmp_p
     assert sj["sender"]["packets_lost"] >= 0
     assert sj["sender"]["packets_retransmitted"] is None   # tquic does not count them
     assert "connection closed peer=10.10.2.2:" in (tmp_path / "sender.log").read_text()
+    # The transport's RTT samples (tools/tquic-perf/README.md, "RTT samples"): about one
+    # per ACK, the client ACKs every second packet; their mean lies between the min RTT
+    # and the base RTT plus a full bfifo (QFACTOR x BDP = QFACTOR x RTT of queueing delay).
+    x = sj["sender"]
+    packets = log.received_bytes / 1200
+    assert packets / 10 <= x["rtt_samples"] <= x["packets_sent"], x
+    assert 0.9 * RTT_MS <= x["min_rtt_ms"] <= x["rtt_mean_ms"], x
+    assert x["rtt_mean_ms"] <= (1 + QFACTOR) * RTT_MS * 1.25, x
+    assert x["min_rtt_ms"] * 0.995 <= x["rtt_p50_ms"] <= x["rtt_p90_ms"], x
+    assert parse_sender_log((tmp_path / "sender.log").read_text()) == \
+        parse_sender_json((tmp_path / "sender.json").read_text())
 
 
 @pytest.mark.netns

@@ -8,6 +8,14 @@ the receiver's goodput over the shaped capacity (meta.json ``capacity_kbps``). A
 idle or no in-transfer RTT sample, or no queue sample during the transfer, raises
 :class:`TrialInvalid` (analysis.reader).
 
+Transport RTT (Facebook's Copa study: the mean of the QUIC stack's own RTT samples over the
+transfer): ``transport_rtt_mean_ms`` and ``transport_rtt_samples`` come from the sender's
+report, tquic-perf's ``sender.json`` (else the ``connection closed`` line of its
+``sender.log``), else from the sender's qlog in the trial directory (mvfst's tperf run with
+``-server_qlogger_path`` into it: ``*.qlog[.gz]`` there or one directory down). Trials without
+any of them (measured before tquic-perf reported RTT samples; tperf without a qlog) get None,
+as does a report that cannot be read (the next source is tried first).
+
 The series (ping, queue, throughput) are keyed by ``t_s``, seconds since the transfer started.
 ``latency-divide summarize`` prints one trial's row (:func:`summarize_trial`,
 :func:`format_row`, :func:`row_jsonable`).
@@ -29,6 +37,35 @@ from latency_divide.analysis.reader import (
     load_trial,
 )
 from latency_divide.analysis.schemas import HEALTH_COLUMNS, TRIALS_SCHEMA
+from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
+from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
+from latency_divide.trial import rawio
+from latency_divide.trial.layout import SENDER_JSON, SENDER_LOG
+
+#: Where a trial's sender qlogs may be, relative to the trial directory.
+_QLOG_GLOBS = ("*.qlog", "*.qlog.gz", "*/*.qlog", "*/*.qlog.gz")
+
+
+def transport_rtt_of(path: Path) -> tuple[float | None, int | None]:
+    """(mean ms, number) of the sender's transport RTT samples of a trial directory (module
+    docstring); (None, None) if it has no report of them, (None, 0) if it reports none."""
+    for name, parse in ((SENDER_JSON, parse_sender_json), (SENDER_LOG, parse_sender_log)):
+        if rawio.find(path, name) is None:
+            continue
+        try:
+            rep = parse(rawio.read_text(path, name))
+        except (OSError, UnicodeDecodeError, EOFError, ToolParseError):
+            continue
+        if rep is not None and rep.rtt_samples is not None:
+            return rep.rtt_mean_ms, rep.rtt_samples
+    qlogs = sorted({q for g in _QLOG_GLOBS for q in path.glob(g) if q.is_file()})
+    if qlogs:
+        try:
+            r = transport_rtt([read_qlog(q) for q in qlogs])
+        except QlogError:
+            return None, None
+        return r.mean_ms, r.samples
+    return None, None
 
 
 def trial_row(trial: Trial) -> dict:
@@ -87,6 +124,7 @@ def trial_row(trial: Trial) -> dict:
         transfer_start_unix=start,
         transfer_end_unix=end,
     )
+    row["transport_rtt_mean_ms"], row["transport_rtt_samples"] = transport_rtt_of(path)
     health = meta.get("health") if isinstance(meta.get("health"), dict) else {}
     row["health_verdict"] = str(health.get("verdict", "unknown"))
     for k in HEALTH_COLUMNS:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 KEYS = ("definition_id", "household_id", "direction", "variant", "repetition")
@@ -50,6 +50,10 @@ TRIALS_SCHEMA = pa.schema(
         ("self_delay_median_ms", pa.float64()),
         ("self_delay_p95_ms", pa.float64()),
         ("rtt_mean_ms", pa.float64()),
+        # the sender's transport RTT: mean of the QUIC stack's own RTT samples and their
+        # number (analysis.metrics; null where the trial has no report of them)
+        ("transport_rtt_mean_ms", pa.float64()),
+        ("transport_rtt_samples", pa.int64()),
         ("ping_loss_pct", pa.float64()),
         ("queue_mean_bytes", pa.float64()),
         ("queue_p95_bytes", pa.float64()),

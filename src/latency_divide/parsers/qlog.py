@@ -9,6 +9,11 @@ latest RTT sample minus the minimum RTT: ``d = latest_rtt - min_rtt``, and aims 
 at every ack and also at every packet sent, which repeats the last ack's values: consecutive
 repeats are kept once, so there is one sample per ack. The qlog thus shows how much of ``d``
 is the peer's ack delay.
+
+:func:`transport_rtt` gives the "transport RTT" of Facebook's Copa study: the number of RTT
+samples of the server's traces and the mean of their ``latest_rtt`` (ack delay included, as
+mvfst logs it). tquic-perf reports the same for tquic (tools/tquic-perf/README.md, where
+tquic's samples are the ones that enter its smoothed RTT: ack delay taken out).
 """
 
 from __future__ import annotations
@@ -46,12 +51,17 @@ def read_qlog(path: str | Path) -> dict:
         raise QlogError(f"{p}: not a readable qlog (JSON): {e}") from e
 
 
-def _events(doc: dict):
+def _events(doc: dict, vantage: str | None = None):
+    """(time, name, data) of every event, of the traces seen from ``vantage`` ("server",
+    "client") if given (a trace that does not say is taken)."""
     try:
         traces = doc["traces"]
     except (KeyError, TypeError) as e:
         raise QlogError("qlog: no 'traces' list") from e
     for trace in traces:
+        vp = trace.get("vantage_point") if isinstance(trace, dict) else None
+        if vantage is not None and isinstance(vp, dict) and vp.get("type", vantage) != vantage:
+            continue
         for ev in trace.get("events", []):
             if isinstance(ev, dict):  # {"time", "name", "data"}
                 yield ev.get("time"), ev.get("name"), ev.get("data") or {}
@@ -59,11 +69,12 @@ def _events(doc: dict):
                 yield ev[0], ev[2], ev[3] or {}
 
 
-def rtt_samples(doc: dict) -> list[RttSample]:
+def rtt_samples(doc: dict, vantage: str | None = None) -> list[RttSample]:
     """One sample per ack: every metrics update that carries an RTT sample, in log order,
-    consecutive repeats of the same values kept once."""
+    consecutive repeats of the same values kept once; only traces seen from ``vantage`` if
+    given (see :func:`_events`)."""
     out: list[RttSample] = []
-    for t, name, data in _events(doc):
+    for t, name, data in _events(doc, vantage):
         if not str(name).endswith(("metric_update", "metrics_updated")) or \
                 "latest_rtt" not in data:
             continue
@@ -83,6 +94,22 @@ def rtt_samples(doc: dict) -> list[RttSample]:
             continue  # the same ack's values, logged again at a packet sent
         out.append(s)
     return out
+
+
+@dataclass(frozen=True)
+class TransportRtt:
+    samples: int
+    #: mean latest_rtt of the samples; None without samples
+    mean_ms: float | None
+
+
+def transport_rtt(docs: dict | list[dict]) -> TransportRtt:
+    """The sender's (the server's) RTT samples of one or more qlogs, pooled: how many, and
+    the mean of their latest RTT (ms)."""
+    samples = [s for d in ([docs] if isinstance(docs, dict) else docs)
+               for s in rtt_samples(d, vantage="server")]
+    n = len(samples)
+    return TransportRtt(n, sum(s.latest_rtt_ms for s in samples) / n if n else None)
 
 
 def _median(xs: list[float]) -> float:

@@ -24,10 +24,20 @@ records but does not match its format raises :class:`ToolParseError` naming the 
 Messages of E/F lines are collected in ``errors`` but do not decide ``complete``: tperf's
 server logs ``write error with stream=3 error=ApplicationError: No Error, ...`` at E level
 whenever the client closes, which is the normal end of a transfer.
+
+The sender's RTT numbers (tquic-perf only; tools/tquic-perf/README.md): its JSON summary
+(``sender.json``, key ``sender``) and the ``connection closed peer=... key=value ...`` line
+it logs per connection (``sender.log``; ``na`` for a value it does not have). From tquic-perf
+0.1's JSON format 2 they include the transport's RTT samples: ``rtt_samples`` (count),
+``rtt_mean_ms``, ``rtt_p50_ms``, ``rtt_p90_ms``. :func:`parse_sender_json` and
+:func:`parse_sender_log` return a :class:`SenderRtt` with ``None`` for whatever the report
+lacks (older reports, tperf's logs), and raise :class:`ToolParseError` for a malformed one.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -55,6 +65,10 @@ _INTERVAL = re.compile(
     r"^interval t_unix=(?P<t>\d+(?:\.\d+)?) elapsed_s=(?P<el>\d+(?:\.\d+)?) "
     r"bytes=(?P<b>\d+) total_bytes=(?P<tot>\d+)\s*$"
 )
+
+
+#: tquic-perf's per-connection stats line on the sender (after the glog prefix).
+_CLOSED = re.compile(r"^connection closed (?P<kv>(?:\S+=\S*)(?: \S+=\S*)*)\s*$")
 
 
 class ToolParseError(ValueError):
@@ -133,3 +147,73 @@ def parse_tool_log(text: str) -> ToolLog:
             out.goodput_kbps = nbytes * 8 / dur / 1000 if dur > 0 else float("nan")
             out.complete = True
     return out
+
+
+@dataclass(frozen=True)
+class SenderRtt:
+    """The sender's RTT numbers for one connection (milliseconds); None where not reported."""
+
+    #: tquic's minimum and smoothed RTT at the end of the connection
+    min_rtt_ms: float | None = None
+    srtt_ms: float | None = None
+    #: the transport's RTT samples over the connection: count (0: none), mean, nearest-rank
+    #: median and 90th percentile (None without samples, and in reports before JSON format 2)
+    rtt_samples: int | None = None
+    rtt_mean_ms: float | None = None
+    rtt_p50_ms: float | None = None
+    rtt_p90_ms: float | None = None
+
+
+_SENDER_FLOATS = ("min_rtt_ms", "srtt_ms", "rtt_mean_ms", "rtt_p50_ms", "rtt_p90_ms")
+
+
+def _sender_rtt(values: dict, where: str) -> SenderRtt:
+    """SenderRtt from raw values (numbers, numeric strings, None or "na")."""
+    out = {}
+    for k in ("rtt_samples", *_SENDER_FLOATS):
+        v = values.get(k)
+        if v is None or v == "na":
+            out[k] = None
+            continue
+        try:
+            if isinstance(v, bool) or (k == "rtt_samples" and isinstance(v, float)):
+                raise ValueError(v)
+            num: float | int = int(v) if k == "rtt_samples" else float(v)
+            ok = math.isfinite(num) and num >= 0
+        except (TypeError, ValueError):
+            raise ToolParseError(f"{where}: {k}={v!r} is not a number") from None
+        if not ok:
+            raise ToolParseError(f"{where}: {k}={v!r} is out of range")
+        out[k] = num
+    return SenderRtt(**out)
+
+
+def parse_sender_json(text: str) -> SenderRtt:
+    """The RTT numbers of tquic-perf's JSON summary (``sender.json``; any format version)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ToolParseError(f"sender JSON: not valid JSON ({e.msg}, line {e.lineno})") from None
+    sender = doc.get("sender") if isinstance(doc, dict) else None
+    if not isinstance(sender, dict):
+        raise ToolParseError("sender JSON: no 'sender' object")
+    return _sender_rtt(sender, "sender JSON")
+
+
+def parse_sender_log(text: str) -> SenderRtt | None:
+    """The RTT numbers of the last ``connection closed`` line of a tquic-perf sender log, or
+    None if it has none (tperf's logs, a sender killed before the connection closed). As in
+    :func:`parse_tool_log`, a last line without a trailing newline is ignored."""
+    last = None
+    lines = text.split("\n")[:-1]    # the last item: "" or a line cut mid-write
+    for lineno, raw in enumerate(lines, start=1):
+        _, msg = _message(raw.rstrip("\r"))
+        if msg.startswith("connection closed "):
+            m = _CLOSED.match(msg)
+            if not m:
+                raise ToolParseError(f"line {lineno}: malformed connection stats line: {raw!r}")
+            last = (lineno, dict(kv.split("=", 1) for kv in m["kv"].split(" ")))
+    if last is None:
+        return None
+    lineno, values = last
+    return _sender_rtt(values, f"line {lineno}")

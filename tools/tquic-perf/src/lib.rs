@@ -8,6 +8,7 @@ pub mod client;
 pub mod error;
 pub mod net;
 pub mod report;
+pub mod rtt;
 pub mod server;
 
 pub use cli::{Mode, Opts};

@@ -145,6 +145,18 @@ pub fn event_loop(
     endpoint: &mut Endpoint,
     socket: &Rc<UdpSocket>,
     sender: &SocketSender,
+    app: impl FnMut(&mut Endpoint, Option<io::Error>) -> anyhow::Result<Step>,
+) -> anyhow::Result<()> {
+    event_loop_with(endpoint, socket, sender, |_| {}, app)
+}
+
+/// [`event_loop`], and `after_datagram` after tquic has processed each received datagram
+/// (its ACK frames included); it must be cheap.
+pub fn event_loop_with(
+    endpoint: &mut Endpoint,
+    socket: &Rc<UdpSocket>,
+    sender: &SocketSender,
+    mut after_datagram: impl FnMut(&mut Endpoint),
     mut app: impl FnMut(&mut Endpoint, Option<io::Error>) -> anyhow::Result<Step>,
 ) -> anyhow::Result<()> {
     let mut poll = Poll::new()?;
@@ -188,6 +200,7 @@ pub fn event_loop(
                     };
                     // A malformed or stray datagram is tquic's to drop; keep serving.
                     let _ = endpoint.recv(&mut buf[..n], &info);
+                    after_datagram(endpoint);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -212,8 +225,12 @@ pub fn event_loop(
     }
 }
 
-/// Path statistics of a connection's active path, if it has one.
+/// Path statistics of a connection's active path, if it has one. Allocates nothing (tquic's
+/// `paths_iter` would), so it can run after every datagram.
 pub fn path_stats(conn: &mut tquic::Connection) -> Option<&tquic::PathStats> {
-    let t = conn.paths_iter().next()?;
-    conn.get_path_stats(t.local, t.remote).ok()
+    let (local, remote) = {
+        let p = conn.get_active_path().ok()?;
+        (p.local_addr(), p.remote_addr())
+    };
+    conn.get_path_stats(local, remote).ok()
 }

@@ -5,8 +5,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-/// Version of the JSON summary's schema (see README.md).
-pub const JSON_FORMAT_VERSION: u32 = 1;
+use crate::rtt::RttSummary;
+
+/// Version of the JSON summary's schema (see README.md). 2: `sender.rtt_*` added.
+pub const JSON_FORMAT_VERSION: u32 = 2;
 
 /// Formats like a C++ iostream with default flags and precision 6 (printf `%g`):
 /// 6 significant digits, trailing zeros dropped, scientific below 1e-4 and from 1e6.
@@ -89,6 +91,23 @@ pub struct SenderStats {
     pub min_rtt_ms: Option<f64>,
     pub srtt_ms: Option<f64>,
     pub max_cwnd_bytes: Option<u64>,
+    /// The transport's RTT samples over the connection (crate::rtt): how many, their mean
+    /// and nearest-rank median and 90th percentile. Means and percentiles are null without
+    /// samples; all four are null on the client.
+    pub rtt_samples: Option<u64>,
+    pub rtt_mean_ms: Option<f64>,
+    pub rtt_p50_ms: Option<f64>,
+    pub rtt_p90_ms: Option<f64>,
+}
+
+impl SenderStats {
+    /// Sets the `rtt_*` fields from a connection's RTT samples.
+    pub fn set_rtt(&mut self, r: &RttSummary) {
+        self.rtt_samples = Some(r.samples);
+        self.rtt_mean_ms = r.mean_ms;
+        self.rtt_p50_ms = r.p50_ms;
+        self.rtt_p90_ms = r.p90_ms;
+    }
 }
 
 /// The JSON summary written by `-json` (both roles use this schema).

@@ -1,6 +1,7 @@
 //! The server: accepts connections and sends bulk data on one stream to each until the
 //! client closes. Serves until SIGTERM/SIGINT (exit 0), or `-once`: until the first
 //! connection has closed. Logs a stats line per connection; `-json` gets the latest.
+//! Each connection's RTT samples are collected after every received datagram (crate::rtt).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -18,6 +19,7 @@ use crate::cli::Opts;
 use crate::error::PerfError;
 use crate::net::{self, SocketSender, Step};
 use crate::report::{self, SenderStats, Summary};
+use crate::rtt::{RttSampler, RttState};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -51,10 +53,24 @@ struct Transfer {
     bytes_written: u64,
 }
 
+/// RTT samplers of the open connections, by connection index: the handler adds and removes
+/// them, the event loop feeds them after every datagram.
+type Samplers = Rc<RefCell<HashMap<u64, RttSampler>>>;
+
+/// Feeds each open connection's current RTT state to its sampler (after every datagram).
+fn sample_rtts(ep: &mut Endpoint, samplers: &Samplers) {
+    for (idx, sampler) in samplers.borrow_mut().iter_mut() {
+        if let Some(ps) = ep.conn_get_mut(*idx).and_then(net::path_stats) {
+            sampler.observe(RttState::from(ps));
+        }
+    }
+}
+
 struct ServerHandler {
     opts: Opts,
     block: Bytes,
     transfers: HashMap<u64, Transfer>,
+    samplers: Samplers,
     finished: Rc<RefCell<Vec<Summary>>>,
 }
 
@@ -77,7 +93,7 @@ impl ServerHandler {
         }
     }
 
-    fn summary(&self, conn: &mut Connection, t: &Transfer) -> Summary {
+    fn summary(&self, conn: &mut Connection, t: &Transfer, rtt: Option<RttSampler>) -> Summary {
         let (start_unix, duration_s) = match t.first_write {
             Some((i, s)) => (
                 s.duration_since(UNIX_EPOCH)
@@ -101,6 +117,10 @@ impl ServerHandler {
             sender.min_rtt_ms = Some(ps.min_rtt as f64 / 1000.0);
             sender.srtt_ms = Some(ps.srtt as f64 / 1000.0);
             sender.max_cwnd_bytes = Some(ps.max_cwnd);
+            if let Some(mut r) = rtt {
+                r.observe(RttState::from(ps));
+                sender.set_rtt(&r.summary());
+            }
         }
         let rate = |f: fn(u64, f64) -> f64| {
             if duration_s > 0.0 {
@@ -139,7 +159,8 @@ fn stats_line(s: &Summary) -> String {
     format!(
         "connection closed peer={} cc={} latency_factor={} pacing={} stream_bytes={} duration_s={:.6} \
          goodput_kbps={:.1} packets_sent={} packets_lost={} packets_retransmitted={} bytes_sent={} \
-         bytes_lost={} loss_events={} min_rtt_ms={} srtt_ms={} max_cwnd_bytes={}",
+         bytes_lost={} loss_events={} min_rtt_ms={} srtt_ms={} max_cwnd_bytes={} rtt_samples={} \
+         rtt_mean_ms={} rtt_p50_ms={} rtt_p90_ms={}",
         s.peer,
         opt(&s.cc),
         opt(&s.latency_factor),
@@ -156,6 +177,10 @@ fn stats_line(s: &Summary) -> String {
         opt(&x.min_rtt_ms),
         opt(&x.srtt_ms),
         opt(&x.max_cwnd_bytes),
+        opt(&x.rtt_samples),
+        opt(&x.rtt_mean_ms),
+        opt(&x.rtt_p50_ms),
+        opt(&x.rtt_p90_ms),
     )
 }
 
@@ -176,6 +201,13 @@ impl TransportHandler for ServerHandler {
                     bytes_written: 0,
                 },
             );
+            // Baseline before the first datagram is processed: tquic's initial RTT.
+            if let Some(ps) = net::path_stats(conn) {
+                let baseline = RttState::from(ps);
+                self.samplers
+                    .borrow_mut()
+                    .insert(idx, RttSampler::new(baseline));
+            }
         }
     }
 
@@ -206,7 +238,8 @@ impl TransportHandler for ServerHandler {
         let Some(t) = self.transfers.remove(&idx) else {
             return;
         };
-        let s = self.summary(conn, &t);
+        let rtt = self.samplers.borrow_mut().remove(&idx);
+        let s = self.summary(conn, &t, rtt);
         glog!('I', "{}", stats_line(&s));
         self.finished.borrow_mut().push(s);
     }
@@ -311,10 +344,12 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     drop(temp_cert);
 
     let finished = Rc::new(RefCell::new(Vec::new()));
+    let samplers: Samplers = Rc::default();
     let handler = ServerHandler {
         opts: opts.clone(),
         block: Bytes::from(vec![0u8; opts.block_size]),
         transfers: HashMap::new(),
+        samplers: samplers.clone(),
         finished: finished.clone(),
     };
     let sender = Rc::new(SocketSender {
@@ -334,26 +369,33 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     );
 
     let mut served = 0usize;
-    net::event_loop(&mut endpoint, &socket, &sender, |ep, io_error| {
-        if let Some(e) = io_error {
-            glog!('W', "socket error: {e}");
-        }
-        let stop = STOP.load(Ordering::SeqCst);
-        if stop {
-            glog!('I', "signal received, closing");
-            // Reports every open connection through on_conn_closed.
-            ep.close(true);
-        }
-        for s in finished.borrow_mut().drain(..) {
-            served += 1;
-            if let Some(path) = &opts.json {
-                report::write_json_atomic(path, &s)?;
+    let after_datagram = |ep: &mut Endpoint| sample_rtts(ep, &samplers);
+    net::event_loop_with(
+        &mut endpoint,
+        &socket,
+        &sender,
+        after_datagram,
+        |ep, io_error| {
+            if let Some(e) = io_error {
+                glog!('W', "socket error: {e}");
             }
-        }
-        if stop || (opts.once && served > 0) {
-            return Ok(Step::Stop { flush: !stop });
-        }
-        Ok(Step::Continue(None))
-    })?;
+            let stop = STOP.load(Ordering::SeqCst);
+            if stop {
+                glog!('I', "signal received, closing");
+                // Reports every open connection through on_conn_closed.
+                ep.close(true);
+            }
+            for s in finished.borrow_mut().drain(..) {
+                served += 1;
+                if let Some(path) = &opts.json {
+                    report::write_json_atomic(path, &s)?;
+                }
+            }
+            if stop || (opts.once && served > 0) {
+                return Ok(Step::Stop { flush: !stop });
+            }
+            Ok(Step::Continue(None))
+        },
+    )?;
     Ok(())
 }

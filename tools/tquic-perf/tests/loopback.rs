@@ -69,6 +69,21 @@ fn transfer_over_loopback_writes_both_summaries() {
     assert_eq!(s["latency_factor"], 0.2);
     assert!(s["bytes"].as_u64().unwrap() >= bytes);
     assert!(s["sender"]["packets_sent"].as_u64().unwrap() > bytes / 1200);
+    // The transport's RTT samples: about one per ACK (the client ACKs every 2nd packet).
+    let x = &s["sender"];
+    let samples = x["rtt_samples"].as_u64().unwrap();
+    assert!(samples > 10, "{x}");
+    assert!(samples <= x["packets_sent"].as_u64().unwrap(), "{x}");
+    let ms = |k: &str| x[k].as_f64().unwrap();
+    let (min, mean, p50, p90) = (
+        ms("min_rtt_ms"),
+        ms("rtt_mean_ms"),
+        ms("rtt_p50_ms"),
+        ms("rtt_p90_ms"),
+    );
+    assert!(min <= mean && mean < 1000.0, "{x}");
+    assert!(min * 0.99 <= p50 && p50 <= p90 * 1.01, "{x}");
+    assert!(c["sender"]["rtt_samples"].is_null(), "{c}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
