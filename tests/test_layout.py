@@ -28,7 +28,7 @@ SRC = ROOT / "src" / PACKAGE
 CORE = ("__init__", "errors", "fsio", "limits", "paths", "vocab")
 #: The stages in pipeline order (after the core); each a subpackage (or, for a one-module
 #: stage such as config, a module) of the top-level package.
-STAGES = ("core", "data", "config", "links", "parsers", "testbed", "trial", "ops", "analysis",
+STAGES = ("core", "data", "links", "config", "parsers", "testbed", "trial", "ops", "analysis",
           "cli")
 MAX_LINES = 400
 

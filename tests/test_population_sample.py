@@ -15,9 +15,8 @@ from conftest import ROOT
 from latency_divide.cli import main as cli_main
 from latency_divide.config import load_config
 from latency_divide.data import source
-from latency_divide.data.buckets import (
-    DEFAULT_BUCKETS,
-    Bucket,
+from latency_divide.data.buckets import DEFAULT_BUCKETS, Bucket
+from latency_divide.links.population import (
     PopulationSample,
     Repeat,
     composition,

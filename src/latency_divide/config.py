@@ -20,13 +20,8 @@ import jsonschema
 import yaml
 
 from latency_divide import limits
-from latency_divide.data.buckets import (
-    Bucket,
-    PopulationSample,
-    population_draw,
-    resolve_buckets,
-    validate_buckets,
-)
+from latency_divide.data.buckets import Bucket, resolve_buckets, validate_buckets
+from latency_divide.links.population import PopulationSample, population_draw
 from latency_divide.errors import ConfigError, yaml_path
 from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
 

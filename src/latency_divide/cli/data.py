@@ -78,7 +78,7 @@ def _sample_config(args) -> int:
     """``sample --config FILE``: the config's households with weight, bucket, technology and
     repetitions; for a population sample also the composition and the exclusions."""
     from latency_divide.config import load_config
-    from latency_divide.data.buckets import composition, population_draw
+    from latency_divide.links.population import composition, population_draw
     from latency_divide.data.households import get_households
 
     cfg = load_config(args.config)
