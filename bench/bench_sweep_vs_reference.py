@@ -6,11 +6,15 @@ are lower than the reference by more than 0.05 / 0.10 in normalized throughput, 
     .venv/bin/python bench/bench_sweep_vs_reference.py NEW/results/raw results/raw
 
 (the reference: the published run, `dvc pull`). Trials are matched by definition id,
-household, direction, variant and repetition; only trials present in both count.
+household, direction, variant and repetition; only trials present in both count. With
+--any-repetition, repetitions are ignored (a re-measurement as another repetition, such as
+config/paper-rerun.yaml's repetition 2 against the reference's 1; each side must then hold
+one repetition per trial).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import Counter
@@ -20,13 +24,18 @@ import numpy as np
 from _trials import ROOT  # noqa: F401  (puts src/ on the path)
 
 from latency_divide.analysis.metrics import summarize_trial
+from latency_divide.trial.health import beyond_fidelity
 from latency_divide.trial.layout import parse_trial_path
 
 
-def load(raw: Path) -> dict:
+def load(raw: Path, any_repetition: bool = False) -> dict:
     out = {}
     for m in sorted(raw.rglob("meta.json")):
         key = parse_trial_path(m.parent.relative_to(raw))
+        if any_repetition:
+            key = key._replace(repetition=0)
+            if key in out:
+                sys.exit(f"{m.parent}: a second repetition of {key}; --any-repetition needs one")
         r = summarize_trial(m.parent)
         r["health"] = json.loads(m.read_text()).get("health") or {}
         out[key] = r
@@ -34,10 +43,13 @@ def load(raw: Path) -> dict:
 
 
 def main() -> int:
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    new, ref = load(Path(sys.argv[1])), load(Path(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("new", type=Path)
+    ap.add_argument("reference", type=Path)
+    ap.add_argument("--any-repetition", action="store_true")
+    a = ap.parse_args()
+    new = load(a.new, a.any_repetition)
+    ref = load(a.reference, a.any_repetition)
     keys = sorted(set(new) & set(ref))
     print(f"{len(new)} new trials, {len(keys)} matched in the reference")
     verdicts = Counter(new[k]["health"].get("verdict", "unknown") for k in new)
@@ -48,6 +60,9 @@ def main() -> int:
     for k in lower5:
         print(f"  {k.household} {k.direction} {k.variant}: {new[k]['norm_tput']:.3f} vs "
               f"{ref[k]['norm_tput']:.3f} ({new[k]['health'].get('verdict', 'unknown')})")
+    beyond = [k for k in keys if beyond_fidelity(new[k], ref[k])[2]]
+    print(f"beyond the per-trial bounds (README \"Emulation health\"): {len(beyond)} of "
+          f"{len(keys)}")
     print("\nper variant: |Δ norm_tput| median / p95 / max; |Δ self-delay| ms median / p95 / max")
     for v in sorted({k.variant for k in keys}):
         ks = [k for k in keys if k.variant == v]

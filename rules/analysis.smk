@@ -40,3 +40,31 @@ for _c in COMPANIONS_PRESENT:
 
 TARGET_FUNCTIONS.append(analysis_targets)
 TARGET_FUNCTIONS.append(companion_targets)
+
+
+# The percentile view of a population run (households.population_sample; docs/population.md):
+# the trials table -> percentiles.parquet (weighted percentiles, change against Cubic, seeded
+# household bootstrap; latency_divide.analysis.population). One job per data set that is a
+# population run: this run's, and each companion present.
+for _root, _cfg, _name in [("results", CFG, "percentiles")] + [
+    (_c.root, _c.cfg, f"companion_percentiles_{_c.name.replace('-', '_')}")
+    for _c in COMPANIONS_PRESENT
+]:
+    if _cfg.population is None:
+        continue
+
+    rule:
+        name:
+            _name
+        input:
+            trials=table_files(_root)["trials"],
+        output:
+            **percentile_files(_root, _cfg),
+        params:
+            seed=_cfg.seed,
+        conda:
+            "../envs/analysis.yaml"
+        log:
+            f"logs/percentiles/{_name}.log",
+        script:
+            "../workflow/scripts/percentiles.py"

@@ -2,6 +2,7 @@
 import sys
 
 from latency_divide.analysis.companions import load_companions, table_files
+from latency_divide.analysis.population_figures import POPULATION_FIGURES
 from latency_divide.config import load_config
 from latency_divide.trial.layout import ID_PATTERN
 from latency_divide.trial.sweep import trial_ids
@@ -71,14 +72,22 @@ TABLE_FILES = table_files("results")
 FIGURE_NAMES = ["delay_tput", "self_delay", "timeseries", "divide"]
 
 
+def percentile_files(root="results", cfg=CFG):
+    """The percentile table of a population run (households.population_sample; rules/analysis.smk,
+    analysis.population_figures), as a named input/output; none for any other config."""
+    return {} if cfg.population is None else {"percentiles": f"{root}/tables/percentiles.parquet"}
+
+
 def analysis_targets():
-    return list(TABLE_FILES.values())
+    return list(TABLE_FILES.values()) + list(percentile_files().values())
 
 
 def figure_names(cfg=CFG):
-    """The figures a config can draw: `divide` compares Copa with Cubic, so it needs both."""
+    """The figures a config can draw: `divide` compares Copa with Cubic, so it needs both; a
+    population run adds the percentile figures (POPULATION_FIGURES)."""
     ccs = {v.cc for v in cfg.variants}
-    return [f for f in FIGURE_NAMES if f != "divide" or {"cubic", "copa"} <= ccs]
+    names = [f for f in FIGURE_NAMES if f != "divide" or {"cubic", "copa"} <= ccs]
+    return names + (list(POPULATION_FIGURES) if cfg.population is not None else [])
 
 
 def figure_targets(root="results", cfg=CFG):
@@ -112,7 +121,8 @@ def timeseries_household(cfg=CFG):
 def companion_targets():
     """Tables and figures of every companion data set present (COMPANIONS_PRESENT below)."""
     return [t for c in COMPANIONS_PRESENT
-            for t in list(table_files(c.root).values()) + figure_targets(c.root, c.cfg)]
+            for t in list(table_files(c.root).values())
+            + list(percentile_files(c.root, c.cfg).values()) + figure_targets(c.root, c.cfg)]
 
 
 # Companion data sets (latency_divide.companions): other configs' published trials, analysed

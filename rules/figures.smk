@@ -8,6 +8,7 @@
 rule figures:
     input:
         **TABLE_FILES,
+        **percentile_files(),
     output:
         **figure_outputs(),
     params:
@@ -33,6 +34,7 @@ for _c in COMPANIONS_PRESENT:
             f"companion_figures_{_c.name.replace('-', '_')}"
         input:
             **table_files(_c.root),
+            **percentile_files(_c.root, _c.cfg),
         output:
             **figure_outputs(_c.root, _c.cfg, f"Companion {_c.name}"),
         params:

@@ -24,8 +24,12 @@ def test_the_main_config_names_the_published_companions():
     cfg = load_config(ROOT / "config/config.yaml")
     comps = load_companions(cfg.companions, base=ROOT)
     assert [c.name for c in comps] == ["fast-links", "fast-links-checked", "mvfst",
-                                       "mvfst-fast-links"]
-    fast, checked, mvfst, _ = comps
+                                       "mvfst-fast-links", "paper-rerun"]
+    fast, checked, mvfst, _, rerun = comps
+    # the paper's own definitions measured again: repetition 2 of every reference trial
+    assert sorted((t[0], t[1], t[2], t[3]) for t in rerun.trials) == \
+        sorted((t[0], t[1], t[2], t[3]) for t in trial_ids(cfg))
+    assert {t[4] for t in rerun.trials} == {2}
     assert len(fast.trials) == 28 * 2 * 8
     # measured again: the unbound definitions of fast-links, repetition 2 (2-4 on $50+)
     unbound = {t[0] for t in fast.trials if t[3].endswith("-1m")}

@@ -245,6 +245,35 @@ def test_publish_refuses_over_the_size_limit(published):
     assert after == before
 
 
+def test_a_second_publish_removes_the_superseded_manifest_only(published):
+    clone = published["tmp"] / "republish"
+    env = published["env"]
+    run(["git", "clone", "-q", str(published["origin"]), str(clone)], published["tmp"], env)
+    run([DVC, "pull"], clone, env)
+    remote = clone / "dvc-remote"
+    manifests = lambda: sorted(remote.rglob("*.dir"))  # noqa: E731
+    (old,) = manifests()
+    objects = {p for p in remote.rglob("*") if p.is_file() and p.suffix != ".dir"}
+    (clone / trial_path(13570, "uplink", "cubic") / "extra.log").write_text("more data\n")
+    p = run([str(VENV_BIN / "latency-divide"), "publish"], clone, env)
+    assert f"removing superseded manifest {old.relative_to(remote)}" in p.stderr
+    (new,) = manifests()
+    lock = yaml.safe_load((clone / "dvc.lock").read_text())
+    (out,) = lock["stages"]["trials"]["outs"]
+    assert new.name == out["md5"][2:] and new != old
+    # every data object stays; the new file's object is added
+    after = {p for p in remote.rglob("*") if p.is_file() and p.suffix != ".dir"}
+    assert objects < after and len(after - objects) == 1
+    # a fresh clone of this state pulls every file
+    run(["git", "add", "-A"], clone, env)
+    run(["git", "commit", "-q", "-m", "republished"], clone, env)
+    again = published["tmp"] / "republish-clone"
+    run(["git", "clone", "-q", str(clone), str(again)], published["tmp"], env)
+    run([DVC, "pull"], again, env)
+    assert (again / trial_path(13570, "uplink", "cubic") / "extra.log").read_text() == \
+        "more data\n"
+
+
 @pytest.mark.slow
 def test_repro_keeps_raw_logs(published):
     """`dvc repro --force trials` with every trial present runs no trial and deletes nothing:

@@ -137,6 +137,14 @@ def test_missing_device_exits_2_naming_it():
     assert dev in res.stderr and "cannot read qdiscs" in res.stderr
     assert res.stdout == ""
 
+def test_fifo_of_an_unknown_kind_is_refused_naming_it():
+    res = subprocess.run([PY, "-m", "latency_divide.testbed.qsampler", "--dev", "lo", "--fifo",
+                          "netem"], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert res.returncode == 2, res
+    assert "'netem'" in res.stderr and "bfifo" in res.stderr
+    assert res.stdout == ""
+
+
 # ---------------------------------------------------------------- real namespace
 
 
@@ -233,11 +241,13 @@ def test_sample_once_equals_tc_on_a_real_htb_bfifo_tree(ns):
 
 
 @pytest.mark.netns
-def test_sampler_process_under_traffic(ns, tmp_path):
+@pytest.mark.parametrize("fifo", [False, True], ids=["all-qdiscs", "fifo-only"])
+def test_sampler_process_under_traffic(ns, tmp_path, fifo):
     out = tmp_path / "queue.jsonl"
     interval = 0.05
+    extra = ["--fifo", "bfifo"] if fifo else []  # what trials run since format 3
     proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, "-m", "latency_divide.testbed.qsampler",
-                             "--dev", DEV, "--interval", str(interval), "--out", str(out)],
+                             "--dev", DEV, "--interval", str(interval), "--out", str(out), *extra],
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         ready = proc.stderr.readline()
@@ -269,3 +279,11 @@ def test_sampler_process_under_traffic(ns, tmp_path):
     assert df["backlog_bytes"].max() > 0 or df["drops"].sum() > 0
     assert df["backlog_bytes"].max() <= FIFO_LIMIT
     assert df["t_unix"].is_monotonic_increasing
+    recs = [json.loads(ln) for ln in lines]
+    if fifo:  # only the FIFO, only what the parser reads, time to the millisecond
+        assert all([q["kind"] for q in r["qdisc"]] == ["bfifo"] for r in recs)
+        assert all(set(q) == {"kind", "handle", "parent", "bytes", "backlog", "qlen", "drops"}
+                   for r in recs for q in r["qdisc"])
+        assert all(round(r["t_unix"], 3) == r["t_unix"] for r in recs)
+    else:
+        assert all({"htb", "bfifo"} <= {q["kind"] for q in r["qdisc"]} for r in recs)

@@ -115,7 +115,7 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # the reference run (304), the fast-links run (224 more), mvfst's tperf: the paper's sweep
     # (304) and its fast links unbound (144 more); the fast links unbound measured again with
     # health checks (368 more)
-    assert len(trials) == 976 + 368
+    assert len(trials) == 976 + 368 + 304
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
@@ -125,7 +125,7 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # the published companion data sets (config: companions) are analysed beside the run
     assert jobs.get("companion_tables_fast_links") == 1, jobs
     assert jobs.get("companion_figures_fast_links") == 1, jobs
-    for name in ("fast_links_checked", "mvfst", "mvfst_fast_links"):
+    for name in ("fast_links_checked", "mvfst", "mvfst_fast_links", "paper_rerun"):
         assert jobs.get(f"companion_tables_{name}") == 1, jobs
         assert jobs.get(f"companion_figures_{name}") == 1, jobs
     assert "refusing to measure" not in log
@@ -156,6 +156,11 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
         ft.loc[ft["window_bytes"] == 1048576, "definition_id"])
     mvf = pq.read_table(clone / "results/companions/mvfst-fast-links/tables/trials.parquet")
     assert mvf.num_rows == 288 and len(set(mvf.column("definition_id").to_pylist())) == 8
+    # the paper's definitions measured again with today's instrument: repetition 2, all healthy
+    rr = pq.read_table(clone / "results/companions/paper-rerun/tables/trials.parquet").to_pandas()
+    assert len(rr) == 304 and set(rr["repetition"]) == {2}
+    assert set(rr["definition_id"]) == set(tr["definition_id"])
+    assert (rr["health_verdict"] == "pass").all()
     # the same command again: nothing to do
     again = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -273,7 +278,8 @@ def _analysis_fails(clone: Path, env, *needles: str) -> str:
 def _analysed(clone: Path, env) -> None:
     """The pulled data analysed (test_pull_then_all_... does it when the module runs whole)."""
     if not all((clone / f"results/companions/{c}/tables/trials.parquet").exists()
-               for c in ("fast-links", "fast-links-checked", "mvfst", "mvfst-fast-links")):
+               for c in ("fast-links", "fast-links-checked", "mvfst", "mvfst-fast-links",
+                         "paper-rerun")):
         run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
 
 
@@ -392,7 +398,7 @@ def test_the_published_fast_links_run_reanalyses_with_no_trial(pulled):
              "config/fast-links-checked.yaml"], clone, env)
     jobs = job_counts(p.stdout + p.stderr)
     assert "trial" not in jobs and jobs.get("analysis_tables") == 1, jobs
-    assert len(published_trials(clone)) == 976 + 368
+    assert len(published_trials(clone)) == 976 + 368 + 304
 
 
 def test_a_companion_with_a_trial_missing_is_left_out_and_named(pulled):

@@ -57,15 +57,15 @@ def _wait_for_a_quiet_host(busy_pct: float = 25.0, timeout_s: float = 30.0) -> N
 
 
 def _wire_kbps(d: Path, meta: dict) -> float:
-    """What the bottleneck sent during the transfer, on the wire: the gateway's htb byte count
-    (frames, as its rate is configured) at the queue samples nearest the transfer's start and
-    end."""
+    """What the bottleneck sent during the transfer, on the wire: the byte count of the FIFO
+    under the gateway's htb class (frames, as the rate is configured; every packet takes that
+    class) at the queue samples nearest the transfer's start and end."""
     rows = [json.loads(line) for line in read_text(d, "queue.jsonl").splitlines() if line]
     t = meta["timing"]
 
     def sent_at(when: float) -> tuple[float, int]:
         r = min(rows, key=lambda r: abs(r["t_unix"] - when))
-        return r["t_unix"], next(q["bytes"] for q in r["qdisc"] if q["kind"] == "htb")
+        return r["t_unix"], next(q["bytes"] for q in r["qdisc"] if q["kind"] == "bfifo")
 
     (ta, a), (tb, b) = sent_at(t["transfer_started_unix"]), sent_at(t["transfer_ended_unix"])
     return (b - a) * 8 / 1000 / (tb - ta)

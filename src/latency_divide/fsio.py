@@ -37,7 +37,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def write_json_atomic(path: str | Path, obj, *, indent: int | None = 2,
                       sort_keys: bool = True) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str) + "\n")
+    """``obj`` as JSON (temp file, then rename); ``indent=None``: compact, no spaces."""
+    seps = (",", ":") if indent is None else None
+    write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str,
+                                       separators=seps) + "\n")
 
 
 def sha256_file(path: Path | str) -> str:

@@ -322,7 +322,8 @@ def make_figure(name: str, tables_dir: Path | str, household: int | None = None,
         return timeseries_plot(ts, trials, hh), used, paths
     if name == "divide":
         return divide_plot(trials), trials, [tdir / "trials.parquet"]
-    raise FigureError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
+    raise FigureError(f"unknown figure {name!r}; known: {', '.join(FIGURES)} (and a "
+                      "population run's, analysis.population_figures)")
 
 
 def build_figure(name: str, tables_dir: Path | str, pdf: Path | str, png: Path | str,

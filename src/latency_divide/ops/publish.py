@@ -3,8 +3,15 @@ local remote committed to git, and keep that remote within its size limit.
 
 :func:`plan_publish` counts what a push would add to the remote (objects not there yet, from
 the local cache); :func:`publish` commits the stage, refuses, pushing nothing, when the remote
-would exceed :data:`PUBLISH_LIMIT_BYTES`, pushes and checks that the remote holds every object.
-The command first checks the whole raw tree (analysis.integrity.check_raw_tree).
+would exceed :data:`PUBLISH_LIMIT_BYTES`, pushes and checks that the remote holds every object,
+then removes the remote's superseded manifests (:func:`stale_manifests`). The command first
+checks the whole raw tree (analysis.integrity.check_raw_tree).
+
+Superseded manifests: every publish adds a ``.dir`` manifest listing every published file (116
+bytes per file: 1.9 MB for 1,648 trials), and DVC never removes the previous one. Only the
+manifests dvc.lock names are needed to pull this revision; an earlier revision's manifest is in
+that revision's own committed ``dvc-remote/`` (git history), so removing it from the working
+tree loses nothing. Data objects are never removed.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from pathlib import Path
 
 from latency_divide.ops.dvcstore import (
     DEFAULT_PATH,
+    DIR_SUFFIX,
     LOCK_FILE,
     DataCheckError,
     TrackedOut,
@@ -27,7 +35,7 @@ from latency_divide.ops.dvcstore import (
 )
 
 #: Largest published remote we accept (bytes): the remote is committed to git as plain files.
-PUBLISH_LIMIT_BYTES = 60_000_000
+PUBLISH_LIMIT_BYTES = 150_000_000
 
 
 PUBLISH_STAGE = "trials"
@@ -56,6 +64,14 @@ def remote_dir(repo: Path | str, name: str | None = None) -> Path:
     return (dvcdir / url).resolve()
 
 
+def stale_manifests(repo: Path | str, remote: Path) -> list[Path]:
+    """The ``.dir`` manifests in ``remote`` that no tracked directory of dvc.lock (or a .dvc
+    file) names: superseded by a later publish (module docstring)."""
+    keep = {object_path(remote, o.md5) for o in tracked_outs(repo) if o.is_dir}
+    found = sorted((remote / "files" / "md5").glob(f"*/*{DIR_SUFFIX}"))
+    return [m for m in found if m not in keep]
+
+
 @dataclass
 class PublishPlan:
     out: TrackedOut
@@ -63,10 +79,11 @@ class PublishPlan:
     remote_bytes_before: int
     new_objects: int
     new_bytes: int
+    stale_bytes: int = 0  # superseded manifests, removed after the push
 
     @property
     def remote_bytes_after(self) -> int:
-        return self.remote_bytes_before + self.new_bytes
+        return self.remote_bytes_before + self.new_bytes - self.stale_bytes
 
 
 def plan_publish(repo: Path | str, remote: Path, path: str = DEFAULT_PATH) -> PublishPlan:
@@ -88,7 +105,8 @@ def plan_publish(repo: Path | str, remote: Path, path: str = DEFAULT_PATH) -> Pu
                                  "`dvc commit` first")
         new_objects += 1
         new_bytes += src.stat().st_size
-    return PublishPlan(out, remote, dir_bytes(remote), new_objects, new_bytes)
+    stale = sum(m.stat().st_size for m in stale_manifests(repo, remote))
+    return PublishPlan(out, remote, dir_bytes(remote), new_objects, new_bytes, stale)
 
 
 def publish(repo: Path | str = ".", remote: str | None = None, path: str = DEFAULT_PATH,
@@ -123,6 +141,11 @@ def publish(repo: Path | str = ".", remote: str | None = None, path: str = DEFAU
     if after.new_objects:
         raise DataCheckError(f"after dvc push, {after.new_objects} objects of {path} are still "
                              f"missing in {rdir}")
+    for m in stale_manifests(repo, rdir):
+        log(f"removing superseded manifest {m.relative_to(rdir)} ({m.stat().st_size} bytes; "
+            "in git history with the revision that published it)")
+        m.unlink()
+    after = plan_publish(repo, rdir, path)
     log(f"published: {rdir} holds {after.remote_bytes_before} bytes "
         f"(limit {limit_bytes}); commit dvc.lock and {rdir.name}/ to git")
     return after

@@ -124,7 +124,7 @@ class Topology(SliceBase):
     def qsampler_argv(self, dev: str, interval_s: float) -> list[str]:
         """The queue sampler (JSON lines on stdout), run with this Python on this host."""
         return [sys.executable, "-m", "latency_divide.testbed.qsampler", "--dev", dev,
-                "--interval", f"{interval_s:g}"]
+                "--interval", f"{interval_s:g}", "--fifo", "bfifo"]
 
     def local_pids(self, procs: dict[str, Process]) -> dict[str, int]:
         pids = {name: p.pid for name, p in procs.items()}

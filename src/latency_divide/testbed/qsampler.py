@@ -16,7 +16,8 @@ keys ``tc -s -j`` (iproute2 6.1) prints, in its order and with its values: ``kin
 1), ``options`` (``{"limit": N}`` for bfifo/pfifo/pfifo_head_drop; r2q, default,
 direct_packets_stat, direct_qlen for htb; ``{}`` for other kinds), ``bytes``, ``packets``,
 ``drops``, ``overlimits``, ``requeues``, ``backlog``, ``qlen``. ``--tc`` samples with ``tc``
-as before (for comparison).
+as before (for comparison). ``--fifo bfifo`` (trial format 3) keeps only the FIFO's
+FIFO_FIELDS, time to the ms: a 60 s trial's queue log goes from 17 KB to 3 KB gzipped.
 """
 
 from __future__ import annotations
@@ -329,6 +330,18 @@ SAMPLE_ERRORS = (OSError, ValueError, struct.error, subprocess.CalledProcessErro
                  subprocess.TimeoutExpired)  # OSError covers NetlinkError; ValueError JSON
 
 
+#: What --fifo keeps of each qdisc of its kind (parsers.queue reads backlog, qlen and drops;
+#: bytes, what the FIFO sent, gives the bottleneck's rate on the wire)
+FIFO_FIELDS = ("kind", "handle", "parent", "bytes", "backlog", "qlen", "drops")
+
+
+def fifo_only(qdiscs: list | None, kind: str) -> list | None:
+    """The qdiscs of ``kind`` with only FIFO_FIELDS (None, a failed sample, stays None)."""
+    if qdiscs is None:
+        return None
+    return [{k: q[k] for k in FIFO_FIELDS if k in q} for q in qdiscs if q.get("kind") == kind]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dev", required=True, help="interface whose qdiscs are sampled")
@@ -336,9 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="-", help="output file (JSON lines); - for stdout (default)")
     ap.add_argument("--tc", action="store_true",
                     help="fork `tc -s -j qdisc show` per sample instead of using rtnetlink")
+    ap.add_argument("--fifo", metavar="KIND", help="record only the qdiscs of this kind, with "
+                    f"{', '.join(FIFO_FIELDS)}, time to the ms (default: all, to the µs)")
     a = ap.parse_args(argv)
     if not a.interval > 0:
         ap.error(f"--interval must be > 0 seconds, got {a.interval}")
+    if a.fifo is not None and a.fifo not in FIFO_KINDS:
+        ap.error(f"--fifo {a.fifo!r}: allowed is one of {', '.join(FIFO_KINDS)}")
     sample = sample_tc if a.tc else sample_once
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
@@ -368,8 +385,10 @@ def main(argv: list[str] | None = None) -> int:
             except SAMPLE_ERRORS as e:
                 print(f"qsampler: sample failed: {e}", file=sys.stderr)
                 q = None
-            f.write(json.dumps({"t_unix": round(t, 6), "dev": a.dev, "qdisc": q},
-                               separators=(",", ":")) + "\n")
+            if a.fifo is not None:
+                q = fifo_only(q, a.fifo)
+            f.write(json.dumps({"t_unix": round(t, 6 if a.fifo is None else 3), "dev": a.dev,
+                                "qdisc": q}, separators=(",", ":")) + "\n")
             f.flush()
             n += 1
             next_t += a.interval

@@ -209,7 +209,8 @@ class SshTopology(SliceBase):
         return self.found["interfaces"]["gw"][direction]
 
     def qsampler_argv(self, dev: str, interval_s: float) -> list[str]:
-        return ["python3", self.found["qsampler"], "--dev", dev, "--interval", f"{interval_s:g}"]
+        return ["python3", self.found["qsampler"], "--dev", dev, "--interval", f"{interval_s:g}",
+                "--fifo", "bfifo"]
 
     def tool_output(self, role: str, local: Path) -> str:
         """The remote path a tool on ``role`` writes to; fetched to ``local`` on exit."""

@@ -1,0 +1,151 @@
+"""The percentile view of a population run as a table job and two figures (issue 24, section 4;
+docs/population.md).
+
+- :func:`build_percentiles`: trials table -> ``percentiles.parquet``
+  (:func:`latency_divide.analysis.population.percentile_table`). A population sample drawn with
+  probability proportional to the data set's weight (``households.population_sample``) is
+  self-weighting, so every household gets the same analysis weight (1): weighting by the data
+  set's weight again would count it twice (analysis.population, "Weights").
+- ``percentiles``: Facebook's shape: each variant's change against Cubic (%) at p10 ... p95 of
+  its per-household means (the group view), 95 % bootstrap intervals, one panel per metric and
+  direction; the "best" connections (p10-p50) and the "worst" (p75-p95) shaded apart.
+- ``percentiles_buckets``: the same per price bucket (the digital-divide question), one column
+  per bucket.
+
+Plot functions take the table and return a ``ggplot`` (no I/O), like analysis.figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from latency_divide.analysis.figures import (
+    WIDTH_IN,
+    FigureError,
+    _cat,
+    _theme,
+    bucket_order,
+    save,
+)
+from latency_divide.analysis.population import (
+    ALL,
+    BASELINE,
+    MIN_RESAMPLES,
+    percentile_table,
+    read_percentiles,
+    write_percentiles,
+)
+
+#: The figures of a population run (rules/common.smk adds them to such a config's figures).
+POPULATION_FIGURES = ("percentiles", "percentiles_buckets")
+
+#: Facet labels of the metrics (trials-table columns), in Facebook's order.
+METRIC_LABELS = {
+    "transport_rtt_mean_ms": "transport RTT",
+    "rtt_mean_ms": "application RTT (ping)",
+    "goodput_kbps": "goodput",
+}
+
+
+def build_percentiles(trials_path: Path | str, out: Path | str, *, seed: int,
+                      n_resamples: int = MIN_RESAMPLES) -> pd.DataFrame:
+    """The percentile table of the trials in ``trials_path``, equal household weights (module
+    docstring), written atomically to ``out``."""
+    from latency_divide.analysis.tables import read_table
+
+    trials = read_table(trials_path, "trials")
+    table = percentile_table(trials.assign(weight=1.0), seed=seed, n_resamples=n_resamples)
+    write_percentiles(table, out)
+    return table
+
+
+def _frame(pct: pd.DataFrame, buckets: bool) -> pd.DataFrame:
+    d = pct[pct["variant"] != BASELINE]
+    d = d[(d["bucket"] != ALL) if buckets else (d["bucket"] == ALL)]
+    d = d[d["metric"].isin(list(METRIC_LABELS))]
+    d = d[np.isfinite(d["change_group"])]
+    if d.empty:
+        raise FigureError("percentiles: no variant has a change against "
+                          f"{BASELINE} ({'per price bucket' if buckets else 'whole sample'})")
+    d = d.assign(change_pct=100 * d["change_group"], lo_pct=100 * d["ci_low_group"],
+                 hi_pct=100 * d["ci_high_group"],
+                 metric=d["metric"].map(METRIC_LABELS),
+                 pct_label="p" + d["percentile"].round().astype(int).astype(str))
+    d = _cat(d, "metric", [m for m in METRIC_LABELS.values() if m in set(d["metric"])])
+    if buckets:
+        d = _cat(d, "bucket", bucket_order(d["bucket"]))
+    return d
+
+
+def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
+    """Change against Cubic (%) per percentile; ``buckets``: one column per price bucket."""
+    from plotnine import (
+        aes,
+        annotate,
+        element_text,
+        facet_grid,
+        geom_errorbar,
+        geom_hline,
+        geom_line,
+        geom_point,
+        ggplot,
+        labs,
+        position_dodge,
+        scale_x_continuous,
+        theme,
+    )
+
+    d = _frame(pct, buckets)
+    pcts = sorted(d["percentile"].unique())
+    dodge = position_dodge(width=2.0)
+    facets = "metric ~ direction + bucket" if buckets else "metric ~ direction"
+    ci = d[np.isfinite(d["lo_pct"]) & np.isfinite(d["hi_pct"])]
+    return (
+        ggplot(d, aes("percentile", "change_pct", colour="variant", group="variant"))
+        # Facebook's "best connections" (p10-p50) and "worst connections" (p75-p95)
+        + annotate("rect", xmin=7, xmax=52.5, ymin=-np.inf, ymax=np.inf, fill="#e8f0e8",
+                   alpha=0.6)
+        + annotate("rect", xmin=72.5, xmax=97.5, ymin=-np.inf, ymax=np.inf, fill="#f4e6e6",
+                   alpha=0.6)
+        + geom_hline(yintercept=0, colour="grey")
+        + geom_line(position=dodge)
+        + geom_point(position=dodge, size=1.2)
+        + geom_errorbar(ci, aes(ymin="lo_pct", ymax="hi_pct"), position=dodge, width=1.5)
+        + scale_x_continuous(breaks=pcts, labels=[f"p{int(round(p))}" for p in pcts])
+        + facet_grid(facets, scales="free_y")
+        + labs(x="percentile across households (green: best p10-p50, red: worst p75-p95)",
+               y=f"change against {BASELINE} (%)", colour="variant")
+        + _theme()
+        + theme(axis_text_x=element_text(rotation=45, ha="right", size=7))
+    )
+
+
+def make_population_figure(name: str, tables_dir: Path | str):
+    """(plot, trials used, tables read) for a population figure, like figures.make_figure."""
+    from latency_divide.analysis.tables import read_table
+
+    tdir = Path(tables_dir)
+    if name not in POPULATION_FIGURES:
+        raise FigureError(f"unknown population figure {name!r}; known: "
+                          f"{', '.join(POPULATION_FIGURES)}")
+    pct = read_percentiles(tdir / "percentiles.parquet")
+    trials = read_table(tdir / "trials.parquet", "trials")
+    plot = percentiles_plot(pct, buckets=name == "percentiles_buckets")
+    return plot, trials, [tdir / "trials.parquet", tdir / "percentiles.parquet"]
+
+
+def build_population_figure(name: str, tables_dir: Path | str, pdf: Path | str,
+                            png: Path | str, sidecar: Path | str) -> dict:
+    """Draw population figure ``name`` and write PDF, PNG and the provenance sidecar (as
+    figures.build_figure does for the run's figures)."""
+    from latency_divide.analysis.provenance import build_sidecar, write_sidecar
+
+    plot, used, tables = make_population_figure(name, tables_dir)
+    width = 14.0 if name == "percentiles_buckets" else WIDTH_IN
+    outputs = save(plot, pdf, png, width=width, height=6.0)
+    rec = build_sidecar(pdf, outputs, used, tables=tables)
+    write_sidecar(rec, sidecar)
+    return rec
