@@ -94,20 +94,8 @@ def pulled(tmp_path_factory):
     return {"clone": clone, "env": env, "tmp": tmp}
 
 
-def population_definitions() -> set[str]:
-    """Definition ids of config/population.yaml (its run is published in parts as it goes)."""
-    from latency_divide.config import load_config
-    from latency_divide.trial.sweep import trial_ids
-
-    return {t[0] for t in trial_ids(load_config(ROOT / "config" / "population.yaml"))}
-
-
-def published_trials(clone: Path, population: bool = False) -> list[Path]:
-    """Published trial directories: the paper's run and its companions, or (``population``)
-    the population run's trials published so far."""
-    pop = population_definitions()
-    return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")
-                  if (p.parts[-6] in pop) == population)
+def published_trials(clone: Path) -> list[Path]:
+    return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json"))
 
 
 def test_dvc_status_lists_no_changed_dependency(pulled):
@@ -128,20 +116,6 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # (304) and its fast links unbound (144 more); the fast links unbound measured again with
     # health checks (368 more)
     assert len(trials) == 976 + 368 + 304
-    # the population run published so far (docs/population.md): trials of its own definitions,
-    # each one of its trials, in format 3, every verdict passing; never measured or analysed by
-    # the main run (not a companion until all its trials are published)
-    pop = published_trials(clone, population=True)
-    if pop:
-        from latency_divide.config import load_config
-        from latency_divide.trial.sweep import trial_ids
-
-        want = {(d, str(h), dr, v, f"rep{r}") for d, h, dr, v, r in
-                trial_ids(load_config(clone / "config" / "population.yaml"))}
-        assert {t.relative_to(clone / "results/raw").parts for t in pop} <= want
-        metas = [json.loads((t / "meta.json").read_text()) for t in pop]
-        assert {m["format_version"] for m in metas} == {3}
-        assert all(m["health"]["verdict"] == "pass" for m in metas)
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
