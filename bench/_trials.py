@@ -42,6 +42,19 @@ class Trial:
         return trial_host_load(plan, self.direction, window, busy_s=busy_s)
 
 
+def trial_preconditions() -> int | None:
+    """None if trials can run here (root, the setup's CLI), else the exit code after saying why."""
+    import os
+
+    if os.geteuid() != 0:
+        print("needs root (network namespaces)", file=sys.stderr)
+        return 2
+    if not CLI.exists():
+        print(f"{CLI} missing: run scripts/setup.sh", file=sys.stderr)
+        return 2
+    return None
+
+
 def profile_budget() -> int:
     """The workflow profile's host_load budget (profiles/default/config.yaml)."""
     import yaml

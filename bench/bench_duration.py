@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from pathlib import Path
 
 import numpy as np
 import yaml
-from _trials import CLI, ROOT, Trial, summaries
+from _trials import ROOT, Trial, summaries, trial_preconditions
 from bench_fidelity_tail import run_sweep
 
 from latency_divide.config import load_config
@@ -76,12 +75,8 @@ def main() -> int:
     ap.add_argument("--scratch", required=True, help="scratch directory (reused: trials "
                     "already there are not measured again)")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("needs root (network namespaces)", file=sys.stderr)
-        return 2
-    if not CLI.exists():
-        print(f"{CLI} missing: run scripts/setup.sh", file=sys.stderr)
-        return 2
+    if (refused := trial_preconditions()) is not None:
+        return refused
     groups = subset(a.configfile, a.households, a.seed)
     durations = sorted(a.durations)
     runs: dict[float, dict[Trial, dict]] = {}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _trials import CLI, ROOT, VARIANTS, Trial, run_batch, summaries
+from _trials import ROOT, VARIANTS, Trial, run_batch, summaries, trial_preconditions
 
 from latency_divide.trial.health import (FIDELITY_NT, FIDELITY_SD_ABS_MS, FIDELITY_SD_REL,
                                          beyond_fidelity)
@@ -114,12 +113,8 @@ def main() -> int:
                     "trial is kept, not measured again; default: the config's)")
     ap.add_argument("--snakemake", default="", help="more Snakemake arguments")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("needs root (network namespaces)", file=sys.stderr)
-        return 2
-    if not CLI.exists():
-        print(f"{CLI} missing: run scripts/setup.sh", file=sys.stderr)
-        return 2
+    if (refused := trial_preconditions()) is not None:
+        return refused
     alone_dir, scratch = Path(a.alone), Path(a.sweep)
     alone_variants = a.alone_variants or a.variants
     want = [Trial(h, d, v) for h in a.households for d in ("uplink", "downlink")

@@ -14,3 +14,19 @@ def require_programs(*names: str) -> None:
     missing = [n for n in names if shutil.which(n) is None]
     if missing:
         pytest.fail(f"missing programs {missing}: run scripts/setup.sh (the project installs them)")
+
+
+#: What a workflow run in a scratch directory needs of this checkout
+WORKFLOW_ITEMS = ("Snakefile", "rules", "workflow", "config", "envs", "resources", "profiles")
+
+
+def copy_workflow(dst):
+    """A copy of this checkout's workflow files in the new directory ``dst`` (returned)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dst.mkdir()
+    for item in WORKFLOW_ITEMS:
+        src = root / item
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst / item)
+    return dst

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.trial.health import beyond_fidelity
 
 from conftest import ROOT, VENV_BIN
+from netns_util import copy_workflow
 
 pytestmark = pytest.mark.netns
 
@@ -46,10 +46,7 @@ DURATION, IDLE = 20, 3
 
 
 def _workflow(dst: Path) -> Path:
-    dst.mkdir()
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "resources", "profiles"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst / item)
+    copy_workflow(dst)
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     cfg["households"]["buckets"] = [{**b, "ids": HOUSEHOLDS[b["name"]]}
                                     for b in cfg["households"]["buckets"]]

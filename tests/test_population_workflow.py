@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from latency_divide.analysis.population import read_percentiles
 from latency_divide.analysis.tables import read_table
 
 from conftest import ROOT, VENV_BIN
+from netns_util import copy_workflow
 
 pytestmark = pytest.mark.netns
 
@@ -26,10 +26,7 @@ N, REPEATED = 6, 2
 
 
 def _workflow(dst: Path) -> Path:
-    dst.mkdir()
-    for item in ("Snakefile", "rules", "workflow", "config", "envs", "resources", "profiles"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst / item)
+    copy_workflow(dst)
     cfg = yaml.safe_load((ROOT / "config" / "population.yaml").read_text())
     cfg["households"]["population_sample"].update(
         n=N, repeat={"share": REPEATED / N, "repetitions": 2})
