@@ -41,8 +41,22 @@ PUBLISH_LIMIT_BYTES = 150_000_000
 PUBLISH_STAGE = "trials"
 
 
+#: Allocation unit the remote's files are counted in: one small file takes a whole block on
+#: disk (ext4: 4 KiB), and the remote is tens of thousands of small files, so its size on disk
+#: (what `du` reports, and what the 150 MB budget means) is far above the sum of their bytes.
+BLOCK_BYTES = 4096
+
+
+def disk_bytes(size: int) -> int:
+    """What a file of ``size`` bytes takes on disk: whole blocks of BLOCK_BYTES."""
+    return -(-size // BLOCK_BYTES) * BLOCK_BYTES
+
+
 def dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+    """The remote's size on disk (every file in whole blocks, like `du`), not the sum of bytes."""
+    if not path.is_dir():
+        return 0
+    return sum(disk_bytes(f.stat().st_size) for f in path.rglob("*") if f.is_file())
 
 
 def remote_dir(repo: Path | str, name: str | None = None) -> Path:
@@ -104,8 +118,8 @@ def plan_publish(repo: Path | str, remote: Path, path: str = DEFAULT_PATH) -> Pu
             raise DataCheckError(f"object {md5} of {path} is in neither the cache nor {remote}: "
                                  "`dvc commit` first")
         new_objects += 1
-        new_bytes += src.stat().st_size
-    stale = sum(m.stat().st_size for m in stale_manifests(repo, remote))
+        new_bytes += disk_bytes(src.stat().st_size)
+    stale = sum(disk_bytes(m.stat().st_size) for m in stale_manifests(repo, remote))
     return PublishPlan(out, remote, dir_bytes(remote), new_objects, new_bytes, stale)
 
 
