@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 from _trials import ROOT, Trial, summaries, trial_preconditions
-from bench_fidelity_tail import run_sweep
+from bench_fidelity_tail import q, run_sweep
 
 from latency_divide.config import load_config
 from latency_divide.trial.health import beyond_fidelity
@@ -60,10 +60,6 @@ def half_config(configfile: str, households: list[int], variants: tuple[str, ...
     cfg["trial"].update(duration_s=duration, repetitions=1)
     cfg["companions"] = []
     return cfg
-
-
-def q(x, p: float) -> float:
-    return float(np.percentile(x, p)) if len(x) else float("nan")
 
 
 def main() -> int:
