@@ -115,9 +115,10 @@ def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
 
     # the same raw layout, the same meta.json keys
     assert ssh["files"] == loc["files"]
-    assert {"meta.json", "receiver.json", "sender.log", "delayline.log"} <= set(ssh["files"])
-    for name in ("receiver.log", "ping.log", "queue.jsonl"):  # plain or name.gz (rawio)
-        assert name in ssh["files"] or f"{name}.gz" in ssh["files"], ssh["files"]
+    assert ssh["files"] == ["logs.tar.xz", "meta.json"]  # format 4 (trial.rawio)
+    assert ssh["meta"]["archive"]["members"] == loc["meta"]["archive"]["members"]
+    assert {"receiver.json", "sender.log", "delayline.log", "receiver.log", "ping.log",
+            "queue.jsonl"} <= set(ssh["meta"]["archive"]["members"])
     assert set(ssh["meta"]) == set(loc["meta"])
     assert ssh["meta"]["testbed"]["kind"] == "ssh"
     assert ssh["meta"]["testbed"]["devices"] == {"gateway": {"uplink": "ld-gs",

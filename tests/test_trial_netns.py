@@ -136,12 +136,18 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     assert meta["capacity_kbps"] == get_household(9747).upload_kbps
     assert meta["queue"]["dev"] == GATEWAY_EGRESS["uplink"]
     for key in ("household", "linkplan", "variant", "tool", "host", "delay_mechanism",
-                "qdisc_before", "qdisc_after", "timing", "concurrency", "git_revision",
-                "config_hash", "format_version"):
+                "archive", "timing", "concurrency", "git_revision", "config_hash",
+                "format_version"):
         assert key in meta, key
     assert meta["host"]["kernel"] == os.uname().release
-    gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
-    assert {"htb", "bfifo"} <= gw_kinds
+    # format 4: two files, every log and the qdisc dumps packed in the archive
+    assert meta["format_version"] == 4
+    assert sorted(p.name for p in d.iterdir()) == ["logs.tar.xz", "meta.json"]
+    assert {"receiver.log", "ping.log", "queue.jsonl", "qdisc.json", "delayline.log"} <= \
+        set(meta["archive"]["members"])
+    qdisc = json.loads(read_text(d, "qdisc.json"))
+    gw_kinds = {q["kind"] for q in qdisc["before"]["gw"]}
+    assert {"htb", "bfifo"} <= gw_kinds and set(qdisc) == {"before", "after"}
     assert parse_tool_log(read_text(d, "receiver.log")).complete
     # nothing but the final directory in the parent: the temporary one was renamed
     assert [p.name for p in d.parent.iterdir()] == ["rep1"]

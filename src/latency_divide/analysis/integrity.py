@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
+import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -48,6 +50,7 @@ from latency_divide.ops.dvcstore import (
 from latency_divide.paths import RAW
 from latency_divide.trial import definition, rawio
 from latency_divide.trial.layout import (
+    ARCHIVE,
     DEFINITION,
     ID_PREFIX,
     META,
@@ -149,9 +152,23 @@ def _check_pins(d: Path, rel: PurePosixPath | None, pins, found: list[Finding],
 def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozenset()) -> None:
     """Required logs present; every .gz and JSON file readable (files whose bytes are the ones
     DVC pinned were readable when published: `publish` checks them)."""
+    try:
+        packed = rawio.members(d)
+    except (OSError, EOFError, lzma.LZMAError, tarfile.ReadError) as e:
+        packed = {}
+        if ARCHIVE not in pinned_intact:
+            found.append(Finding(str(d), ARCHIVE, f"not a readable tar.xz archive "
+                                                  f"({e or 'cut short'})"))
     for name in REQUIRED_LOGS:
-        if rawio.find(d, name) is None:
-            found.append(Finding(str(d), name, f"missing (nor {name}.gz): every trial has it"))
+        if rawio.find(d, name) is None and name not in packed:
+            where = f"from {ARCHIVE}" if (d / ARCHIVE).exists() else f"(nor {name}.gz)"
+            found.append(Finding(str(d), name, f"missing {where}: every trial has it"))
+    for name, data in packed.items():
+        if name.endswith(".json"):
+            try:
+                json.loads(data)
+            except ValueError as e:
+                found.append(Finding(str(d), f"{ARCHIVE}:{name}", f"not valid JSON ({e})"))
     for f in sorted(d.iterdir()):
         if f.name in pinned_intact:
             continue

@@ -12,7 +12,8 @@ Transport RTT (Facebook's Copa study: the mean of the QUIC stack's own RTT sampl
 transfer): ``transport_rtt_mean_ms`` and ``transport_rtt_samples`` come from the sender's
 report, tquic-perf's ``sender.json`` (else the ``connection closed`` line of its
 ``sender.log``), else from the sender's qlog in the trial directory (mvfst's tperf run with
-``-server_qlogger_path`` into it: ``*.qlog[.gz]`` there or one directory down). Trials without
+``-server_qlogger_path`` into it: ``*.qlog[.gz]`` there or one directory down, or packed in the
+format-4 archive). Trials without
 any of them (measured before tquic-perf reported RTT samples; tperf without a qlog) get None,
 as does a report that cannot be read (the next source is tried first).
 
@@ -23,7 +24,12 @@ The series (ping, queue, throughput) are keyed by ``t_s``, seconds since the tra
 
 from __future__ import annotations
 
+import fnmatch
+import gzip
+import json
+import lzma
 import math
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -50,22 +56,33 @@ def transport_rtt_of(path: Path) -> tuple[float | None, int | None]:
     """(mean ms, number) of the sender's transport RTT samples of a trial directory (module
     docstring); (None, None) if it has no report of them, (None, 0) if it reports none."""
     for name, parse in ((SENDER_JSON, parse_sender_json), (SENDER_LOG, parse_sender_log)):
-        if rawio.find(path, name) is None:
-            continue
         try:
+            if not rawio.exists(path, name):
+                continue
             rep = parse(rawio.read_text(path, name))
-        except (OSError, UnicodeDecodeError, EOFError, ToolParseError):
+        except (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError, tarfile.ReadError,
+                ToolParseError):
             continue
         if rep is not None and rep.rtt_samples is not None:
             return rep.rtt_mean_ms, rep.rtt_samples
     qlogs = sorted({q for g in _QLOG_GLOBS for q in path.glob(g) if q.is_file()})
-    if qlogs:
-        try:
-            r = transport_rtt([read_qlog(q) for q in qlogs])
-        except QlogError:
-            return None, None
-        return r.mean_ms, r.samples
+    try:
+        docs = [read_qlog(q) for q in qlogs] or _packed_qlogs(path)
+        if docs:
+            r = transport_rtt(docs)
+            return r.mean_ms, r.samples
+    except (QlogError, OSError, EOFError, lzma.LZMAError, tarfile.ReadError, ValueError):
+        pass
     return None, None
+
+
+def _packed_qlogs(path: Path) -> list[dict]:
+    """The qlogs packed in a format-4 trial's archive (same names as _QLOG_GLOBS)."""
+    docs = []
+    for name, data in sorted(rawio.members(path).items()):
+        if any(fnmatch.fnmatchcase(name, g) for g in _QLOG_GLOBS):
+            docs.append(json.loads(gzip.decompress(data) if name.endswith(".gz") else data))
+    return docs
 
 
 def trial_row(trial: Trial) -> dict:

@@ -2,7 +2,8 @@
 
 :func:`load_trial` reads meta.json (a readable format version, the trial's keys) and parses
 the receiver log (parsers.tool), the ping log (parsers.ping) and the queue samples
-(parsers.queue); logs may be stored gzip-compressed (trial.rawio). A trial that cannot be used
+(parsers.queue); logs may be stored gzip-compressed or, since format 4, packed in the trial's
+archive (trial.rawio). A trial that cannot be used
 (a file missing or unreadable, a truncated receiver log: the tool failed, an empty transfer
 window) raises :class:`TrialInvalid` naming the directory and why; the tables leave it out
 and warn with :class:`TrialSkipped`.
@@ -19,7 +20,9 @@ The source is recorded per trial in the ``window_source`` column.
 from __future__ import annotations
 
 import json
+import lzma
 import math
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import QueueParseError, parse_queue
 from latency_divide.trial import rawio
 from latency_divide.trial.layout import (
+    ARCHIVE,
     META,
     PING_LOG,
     QUEUE_LOG,
@@ -40,8 +44,13 @@ from latency_divide.trial.layout import (
     parse_trial_path,
 )
 
-#: Files every trial needs; logs may be stored gzip-compressed as NAME.gz (trial.rawio).
+#: Files every trial needs; logs may be stored as NAME.gz or in the archive (trial.rawio).
 REQUIRED_FILES = (META, *REQUIRED_LOGS)
+
+
+#: What reading a damaged file raises: EOFError for a gzip log cut short, LZMAError and
+#: ReadError for a damaged archive.
+_UNREADABLE = (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError, tarfile.ReadError)
 
 
 class TrialInvalid(LatencyDivideError):
@@ -78,13 +87,18 @@ class Trial:
 
 
 def _read(path: Path, name: str) -> str:
-    """Text of ``name`` or ``name.gz`` (rawio); TrialInvalid if neither can be read."""
-    if rawio.find(path, name) is None:
-        raise TrialInvalid(path, f"missing file {name} (or {name}.gz)")
+    """Text of ``name`` in any of its forms (rawio); TrialInvalid if it cannot be read."""
     try:
+        if not rawio.exists(path, name):
+            raise TrialInvalid(path, _missing(path, name))
         return rawio.read_text(path, name)
-    except (OSError, UnicodeDecodeError, EOFError) as e:  # EOFError: a gzip log cut short
+    except _UNREADABLE as e:
         raise TrialInvalid(path, f"cannot read {name}: {e or 'compressed file cut short'}") from None
+
+
+def _missing(path: Path, name: str) -> str:
+    where = f"in {ARCHIVE}" if (path / ARCHIVE).exists() else f"or {name}.gz"
+    return f"missing file {name} ({where})"
 
 
 def _intervals_frame(intervals) -> pd.DataFrame:
@@ -116,10 +130,14 @@ def load_trial(path: Path | str) -> Trial:
     path = Path(path)
     if not path.is_dir():
         raise TrialInvalid(path, "not a directory")
-    for name in REQUIRED_FILES:
-        if rawio.find(path, name) is None:
-            raise TrialInvalid(path, f"missing file {name}" + ("" if name == META else
-                                                                f" (or {name}.gz)"))
+    if rawio.find(path, META) is None:
+        raise TrialInvalid(path, f"missing file {META}")
+    for name in REQUIRED_LOGS:
+        try:
+            if not rawio.exists(path, name):
+                raise TrialInvalid(path, _missing(path, name))
+        except _UNREADABLE as e:
+            raise TrialInvalid(path, f"cannot read {ARCHIVE}: {e or 'cut short'}") from None
     try:
         meta = json.loads(_read(path, META))
     except json.JSONDecodeError as e:

@@ -6,8 +6,11 @@ complete: it is built in a temporary directory beside its final place (``.ld-tmp
 pid>-<random>``, removed by `latency-divide clean` once its owner is gone) and renamed.
 
 Files of a trial directory (README, "Raw data"): ``meta.json`` (written last), the traffic
-tool's logs, the ping log, the queue samples, the delay line's log; the large logs are stored
-gzip-compressed (trial.rawio). Each definition directory holds ``definition.json``.
+tool's logs, the ping log, the queue samples, the delay line's log. Since format 4 every file but
+meta.json is packed into one archive, ``logs.tar.xz`` (the qdisc dumps as ``qdisc.json``): a
+trial is two files, about four 4 KiB blocks on disk instead of ten. Formats 1-3 keep the files
+side by side, the large logs gzip-compressed. trial.rawio reads every form. Each definition
+directory holds ``definition.json``.
 """
 
 from __future__ import annotations
@@ -37,8 +40,12 @@ QSAMPLER_LOG = "qsampler.log"
 DELAYLINE_LOG = "delayline.log"
 #: The logs the analysis reads: a trial without one of them is incomplete.
 REQUIRED_LOGS = (RECEIVER_LOG, PING_LOG, QUEUE_LOG)
-#: Logs compressed when a trial is finalised (meta.json and small logs stay plain).
+#: Logs compressed when a format-3 trial was finalised (meta.json and small logs stay plain).
 COMPRESSED_LOGS = (QUEUE_LOG, RECEIVER_LOG, PING_LOG)
+#: Format 4: every file of a trial but meta.json, in one deterministic tar.xz (trial.rawio).
+ARCHIVE = "logs.tar.xz"
+#: Format 4: the qdisc dumps before and after the transfer (in the archive, not meta.json).
+QDISC_JSON = "qdisc.json"
 
 #: A trial's temporary directory while it runs: ``.ld-tmp-rep<r>-<owner pid>-<random>``.
 TMP_PREFIX = f".{PREFIX}tmp-"

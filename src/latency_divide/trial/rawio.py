@@ -1,22 +1,37 @@
 """Reading and writing files of a raw trial directory.
 
-Large logs are stored gzip-compressed (``queue.jsonl.gz``, ``receiver.log.gz``,
-``ping.log.gz``): the published data set stays small and `zcat` reads them. Readers ask for
-the plain name and get either form, so old and new directories read the same.
+Three forms, read alike: readers ask for a file by its plain name (``receiver.log``) and get its
+text from wherever the trial's format keeps it.
+
+* Format 4: every file but ``meta.json`` is packed into ``logs.tar.xz`` (layout.ARCHIVE), a
+  deterministic archive (sorted members, time 0, owner 0, mode 0644, xz preset 9), so the same
+  logs always give the same bytes and DVC hashes stay stable. A trial is two files: in a DVC
+  remote each file takes whole 4 KiB blocks, and ten small files took 40 KB a trial. `tar xJf`
+  unpacks it.
+* Formats 2 and 3: the large logs stored gzip-compressed as ``NAME.gz`` (`zcat` reads them).
+* Format 1: plain files.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import io
+import lzma
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
-from latency_divide.trial.layout import COMPRESSED_LOGS
+from latency_divide.trial.layout import ARCHIVE, COMPRESSED_LOGS, META
+
+#: xz preset of the archive (9: the logs are small, so its memory and time do not matter)
+XZ_PRESET = 9
 
 
 def find(trial_dir: Path | str, name: str) -> Path | None:
-    """The file ``name`` or ``name.gz`` in ``trial_dir``, or None."""
+    """The file ``name`` or ``name.gz`` beside meta.json in ``trial_dir``, or None (a member of
+    the archive is not a file of its own: use :func:`exists`)."""
     d = Path(trial_dir)
     for cand in (d / name, d / f"{name}.gz"):
         if cand.is_file():
@@ -24,22 +39,59 @@ def find(trial_dir: Path | str, name: str) -> Path | None:
     return None
 
 
-def read_text(trial_dir: Path | str, name: str) -> str:
-    """Text of ``name`` (plain or gzip); FileNotFoundError naming the path if neither exists.
-    Logs are compressed only once a trial is complete, so a gzip file cut short is corruption:
-    its EOFError propagates."""
+def exists(trial_dir: Path | str, name: str) -> bool:
+    """True if the trial has ``name`` in any form: plain, ``name.gz`` or archive member."""
+    return find(trial_dir, name) is not None or name in members(trial_dir)
+
+
+def members(trial_dir: Path | str) -> dict[str, bytes]:
+    """The archive's members by name ({} without an archive). An archive that cannot be read
+    raises (OSError, EOFError, tarfile.ReadError or lzma.LZMAError)."""
+    a = Path(trial_dir) / ARCHIVE
+    try:
+        st = a.stat()
+    except FileNotFoundError:
+        return {}
+    return dict(_read_archive(str(a), st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_archive(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, bytes], ...]:
+    # keyed by mtime and size too, so a rewritten archive is read again; a trial's readers ask
+    # for several members in a row, and this decompresses the archive once for all of them
+    out = []
+    with tarfile.open(path, "r:xz") as tar:
+        for m in tar:
+            if m.isfile():
+                f = tar.extractfile(m)
+                out.append((m.name, f.read() if f else b""))
+    return tuple(out)
+
+
+def read_bytes(trial_dir: Path | str, name: str) -> bytes:
+    """Bytes of ``name`` (plain, gzip or archive member, decompressed); FileNotFoundError naming
+    the path if the trial has none. A gzip file or archive cut short is corruption: its error
+    (EOFError, lzma.LZMAError, tarfile.ReadError) propagates."""
     p = find(trial_dir, name)
-    if p is None:
-        raise FileNotFoundError(f"{Path(trial_dir) / name} (or .gz) is missing")
-    if p.suffix != ".gz":
-        return p.read_text(errors="replace")
-    with gzip.open(p, "rt", errors="replace") as f:
-        return f.read()
+    if p is not None:
+        if p.suffix != ".gz":
+            return p.read_bytes()
+        with gzip.open(p, "rb") as f:
+            return f.read()
+    packed = members(trial_dir)
+    if name in packed:
+        return packed[name]
+    raise FileNotFoundError(f"{Path(trial_dir) / name} (or .gz, or in {ARCHIVE}) is missing")
+
+
+def read_text(trial_dir: Path | str, name: str) -> str:
+    """Text of ``name`` in any form (:func:`read_bytes`), undecodable bytes replaced."""
+    return read_bytes(trial_dir, name).decode(errors="replace")
 
 
 def compress_logs(trial_dir: Path | str, names=COMPRESSED_LOGS) -> None:
-    """Replace each plain log by ``name.gz`` (deterministic: no name or mtime in the header,
-    so the same log always gives the same bytes and DVC hashes stay stable)."""
+    """Format 3: replace each plain log by ``name.gz`` (deterministic: no name or mtime in the
+    header, so the same log always gives the same bytes and DVC hashes stay stable)."""
     d = Path(trial_dir)
     for name in names:
         src = d / name
@@ -52,3 +104,35 @@ def compress_logs(trial_dir: Path | str, names=COMPRESSED_LOGS) -> None:
                 shutil.copyfileobj(fin, gz)
         os.replace(tmp, dst)
         src.unlink()
+
+
+def pack(trial_dir: Path | str) -> list[str]:
+    """Format 4: move every file of ``trial_dir`` but meta.json (subdirectories' files too,
+    by their relative path) into ``logs.tar.xz``; return the member names. The archive is
+    written to a temporary name and renamed before any file is removed, so an interrupted pack
+    leaves the files where they were."""
+    d = Path(trial_dir)
+    files = sorted(p for p in d.rglob("*") if p.is_file() and p.relative_to(d).as_posix()
+                   not in (META, ARCHIVE) and not p.name.startswith(f".{ARCHIVE}"))
+    names = [p.relative_to(d).as_posix() for p in files]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for p, name in zip(files, names):
+            data = p.read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    tmp = d / f".{ARCHIVE}.tmp"
+    tmp.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, preset=XZ_PRESET))
+    os.replace(tmp, d / ARCHIVE)
+    for p in files:
+        p.unlink()
+    subdirs = {q for p in files for q in p.parents if q != d and d in q.parents}
+    for sub in sorted(subdirs, key=lambda q: -len(q.parts)):
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+    return names

@@ -38,11 +38,12 @@ from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
 from latency_divide.trial import definition
 from latency_divide.trial.health import health
 from latency_divide.trial.layout import (
-    COMPRESSED_LOGS,
+    ARCHIVE,
     DELAYLINE_LOG,
     META,
     PING_ERR,
     PING_LOG,
+    QDISC_JSON,
     QSAMPLER_LOG,
     QUEUE_LOG,
     RECEIVER_JSON,
@@ -63,7 +64,7 @@ from latency_divide.trial.meta import (
     process_started_unix,
     utc_now,
 )
-from latency_divide.trial.rawio import compress_logs
+from latency_divide.trial.rawio import pack
 from latency_divide.trial.spec import (
     MONITOR_RT_PRIORITY,
     PORT,
@@ -121,9 +122,11 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
             raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
                                  + "; ".join(meta["health"]["reasons"]))
-        compress_logs(tmp)
-        meta["compressed_logs"] = [f"{n}.gz" for n in COMPRESSED_LOGS if (tmp / f"{n}.gz").exists()]
-        write_json_atomic(tmp / META, meta, indent=None)  # compact (format 3): ~40 % smaller
+        # format 4: the qdisc dumps and every log in one archive beside a compact meta.json
+        write_json_atomic(tmp / QDISC_JSON, {"before": meta.pop("qdisc_before"),
+                                             "after": meta.pop("qdisc_after")}, indent=None)
+        meta["archive"] = {"name": ARCHIVE, "members": pack(tmp)}
+        write_json_atomic(tmp / META, meta, indent=None)
         if final.exists():
             if any(final.iterdir()):
                 raise TrialError(f"{final} exists and is not empty: refusing to overwrite a trial")
