@@ -4,7 +4,6 @@ workflow admits them (latency_divide.ops.admission), and read the results back."
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -106,10 +105,11 @@ def run_batch(trials: list[Trial], out: Path, *, duration: float, idle: float, w
 def summaries(out: Path) -> dict[Trial, dict]:
     """summarize_trial() row and meta.json of every trial under ``out``, by trial."""
     from latency_divide.analysis.metrics import summarize_trial
+    from latency_divide.trial import rawio
 
     res = {}
     for meta in out.rglob("meta.json"):
         r = summarize_trial(meta.parent)
-        r["meta"] = json.loads(meta.read_text())
+        r["meta"] = rawio.full_meta(meta.parent)  # with the set-up records (format 4)
         res[Trial(int(r["household_id"]), r["direction"], r["variant"])] = r
     return res

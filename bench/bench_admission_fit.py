@@ -22,7 +22,6 @@ No root needed; it runs nothing. Example:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from latency_divide.ops import admission  # noqa: E402
+from latency_divide.trial import rawio  # noqa: E402
 
 RT_PARTS = ("sender", "receiver", "delayline")
 BINS = [0.0, 1.0, 1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 4.0]
@@ -40,7 +40,7 @@ BINS = [0.0, 1.0, 1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 4.0]
 def load(raw: Path) -> list[dict]:
     out = []
     for path in sorted(raw.rglob("meta.json")):
-        m = json.loads(path.read_text())
+        m = rawio.full_meta(path.parent)  # linkplan: in the archive's setup.json (format 4)
         t, cpu, health = m.get("timing") or {}, m.get("cpu_s") or {}, m.get("health") or {}
         if "transfer_started_unix" not in t or not cpu or not health:
             continue  # measured before cpu_s or the health check

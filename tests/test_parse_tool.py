@@ -16,7 +16,8 @@ import socket
 import pytest
 from conftest import ROOT, TEST_DATA
 
-from latency_divide.analysis.metrics import transport_rtt_of
+from latency_divide.analysis.metrics import sender_loss_pct_of, transport_rtt_of
+from latency_divide.trial import rawio
 from latency_divide.parsers.tool import (
     Interval,
     SenderRtt,
@@ -230,8 +231,12 @@ def test_only_4_or_8_digit_dates_are_glog_prefixes(date, is_prefix):
 
 def test_captured_sender_log_before_rtt_samples_has_none():
     rtt = parse_sender_log((DATA / "copa-server.log").read_text())
-    assert rtt == SenderRtt(min_rtt_ms=20.135, srtt_ms=27.211)
+    assert rtt == SenderRtt(min_rtt_ms=20.135, srtt_ms=27.211, packets_sent=2075,
+                            packets_lost=0)
     assert rtt.rtt_samples is None and rtt.rtt_mean_ms is None
+    assert rtt.loss_pct == 0.0
+    assert SenderRtt(packets_sent=2075).loss_pct is None
+    assert SenderRtt(packets_sent=0, packets_lost=0).loss_pct is None
 
 
 @pytest.mark.parametrize("name", [
@@ -309,9 +314,11 @@ def test_real_sender_report_has_rtt_samples_in_json_and_log(loopback_run):
     assert doc["sender"]["packets_sent"] >= js.rtt_samples
     assert js.min_rtt_ms <= js.rtt_p50_ms * 1.005 <= js.rtt_p90_ms * 1.01
     assert js.min_rtt_ms <= js.rtt_mean_ms < 1000
+    assert js.loss_pct == pytest.approx(100.0 * doc["sender"]["packets_lost"]
+                                        / doc["sender"]["packets_sent"])
     # The client reports no sender numbers.
     rj = parse_sender_json((d / "receiver.json").read_text())
-    assert rj.rtt_samples is None and rj.rtt_mean_ms is None
+    assert rj.rtt_samples is None and rj.rtt_mean_ms is None and rj.loss_pct is None
 
 
 def test_transport_rtt_of_a_trial_from_sender_json_else_sender_log(loopback_run, tmp_path):
@@ -319,10 +326,14 @@ def test_transport_rtt_of_a_trial_from_sender_json_else_sender_log(loopback_run,
     shutil.copy(loopback_run / "sender.json", tmp_path)
     shutil.copy(loopback_run / "sender.log", tmp_path)
     assert transport_rtt_of(tmp_path) == (js.rtt_mean_ms, js.rtt_samples)
+    assert sender_loss_pct_of(tmp_path) == js.loss_pct
     (tmp_path / "sender.json").write_text("{")          # unreadable: the log is used
     assert transport_rtt_of(tmp_path) == (js.rtt_mean_ms, js.rtt_samples)
+    assert sender_loss_pct_of(tmp_path) == js.loss_pct
     (tmp_path / "sender.json").unlink()
     assert transport_rtt_of(tmp_path) == (js.rtt_mean_ms, js.rtt_samples)
+    (tmp_path / "sender.log").unlink()
+    assert sender_loss_pct_of(tmp_path) is None
 
 
 def test_transport_rtt_of_a_tperf_trial_from_its_qlog(tmp_path):
@@ -335,3 +346,8 @@ def test_transport_rtt_of_a_tperf_trial_from_its_qlog(tmp_path):
     assert n == 95
     assert mean == pytest.approx(82.4999, abs=1e-4)
     assert 67.567 <= mean < 200     # above the qlog's min RTT
+    assert sender_loss_pct_of(tmp_path) is None     # tperf's logs do not report it
+    # format 4: the qlog packed in the trial's archive gives the same numbers
+    (tmp_path / "meta.json").write_text("{}")
+    assert rawio.pack(tmp_path) == ["qlog/tperf-11406-copa-0.8-3s.qlog.gz", "sender.log"]
+    assert transport_rtt_of(tmp_path) == (mean, n)

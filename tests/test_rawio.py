@@ -14,6 +14,7 @@ from latency_divide.analysis.integrity import check_trial
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.analysis.reader import TrialInvalid, load_trial
 from latency_divide.trial import rawio
+from latency_divide.trial.layout import SETUP_KEYS
 
 from conftest import ROOT
 
@@ -30,8 +31,7 @@ def _as_format4(src: Path, dst: Path) -> Path:
         gz.unlink()
     meta = json.loads((d / "meta.json").read_text())
     meta.pop("compressed_logs", None)
-    (d / "qdisc.json").write_text(json.dumps({"before": meta.pop("qdisc_before", None),
-                                              "after": meta.pop("qdisc_after", None)}))
+    (d / "setup.json").write_text(json.dumps({k: meta.pop(k) for k in SETUP_KEYS if k in meta}))
     meta["archive"] = {"name": "logs.tar.xz", "members": rawio.pack(d)}
     meta["format_version"] = 4
     (d / "meta.json").write_text(json.dumps(meta, separators=(",", ":")))
@@ -72,6 +72,12 @@ def test_a_format4_trial_gives_the_same_row_as_its_format2_original(tmp_path):
     for k, v in old.items():  # every number: the same files read, only stored differently
         assert new[k] == v or (v != v and new[k] != new[k]), k
     assert check_trial(d, repo=None) == []
+    # full_meta gives back the meta.json of formats 1-3, whatever the format
+    want = json.loads((SOURCE / "meta.json").read_text())
+    got = rawio.full_meta(d)
+    assert {k: v for k, v in got.items() if k not in ("archive", "format_version")} == \
+        {k: v for k, v in want.items() if k not in ("compressed_logs", "format_version")}
+    assert rawio.full_meta(SOURCE) == want
 
 
 def test_a_damaged_archive_is_named(tmp_path):

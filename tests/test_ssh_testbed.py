@@ -35,6 +35,7 @@ from latency_divide.testbed.ssh.state import (
     _write_state,
 )
 from latency_divide.testbed.ssh.testbed import SshTestbed
+from latency_divide.trial.rawio import full_meta
 
 
 HOUSEHOLD = 11406  # 3498 kbit/s down, 1150 up, 67.2 ms RTT
@@ -98,7 +99,7 @@ def _metrics(d: Path) -> dict:
     row = summarize_trial(d)
     return {"goodput_kbit": float(row["goodput_kbps"]),
             "base_rtt_ms": float(row["base_rtt_measured_ms"]), "row": row,
-            "meta": json.loads((d / "meta.json").read_text()),
+            "meta": full_meta(d),  # with the set-up records of the archive (format 4)
             "files": sorted(p.name for p in d.iterdir())}
 
 
@@ -218,7 +219,7 @@ def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
 
     d, messages, _ = _trial_with_fault(provisioned, tmp_path, ns, drop)
     assert killed, "no SSH session was dropped"
-    meta = json.loads((d / "meta.json").read_text())
+    meta = full_meta(d)
     if meta["attempt"] == 1:
         # the drop fell between two commands: the runner re-opened the session and the
         # detached processes on the node never noticed
@@ -450,6 +451,7 @@ import sys, time
 from latency_divide.testbed.inventory import load_inventory
 from latency_divide.testbed.ssh.lock import NodeLock
 from latency_divide.testbed.ssh.testbed import SshTestbed
+from latency_divide.trial.rawio import full_meta
 tb = SshTestbed(load_inventory(sys.argv[1]))
 lock = NodeLock(tb.runner("gw"), tb.slice.workdir, tb.slice.name, "holder-of-test").acquire()
 print("held", flush=True)

@@ -21,7 +21,9 @@ from latency_divide.data.households import get_household
 from latency_divide.parsers.ping import parse_ping
 from latency_divide.parsers.queue import parse_queue
 from latency_divide.parsers.tool import parse_tool_log
-from latency_divide.trial.rawio import read_text
+from latency_divide.trial.layout import SETUP_KEYS
+from latency_divide.trial import rawio
+from latency_divide.trial.rawio import full_meta, read_text
 from latency_divide.testbed.runners import pid_alive
 from latency_divide.trial.spec import TrialSpec
 from latency_divide.trial.run import run_trial
@@ -34,7 +36,9 @@ from conftest import ROOT, VENV_BIN
 pytestmark = pytest.mark.netns
 
 BIG_WINDOW = 16 * 1024 * 1024  # flow control out of the way: the link is the bottleneck
-EXPECTED_FILES = {"meta.json", "receiver.log.gz", "sender.log", "ping.log.gz", "queue.jsonl.gz"}
+#: format 4: meta.json and the archive, which holds (at least) these logs
+EXPECTED_FILES = {"meta.json", "logs.tar.xz"}
+EXPECTED_MEMBERS = {"receiver.log", "sender.log", "ping.log", "queue.jsonl", "setup.json"}
 
 
 def _cubic(household, direction="downlink", duration=8.0, window=BIG_WINDOW):
@@ -72,7 +76,7 @@ def _wire_kbps(d: Path, meta: dict) -> float:
 
 
 def _metrics(d: Path) -> dict:
-    meta = json.loads((d / "meta.json").read_text())
+    meta = full_meta(d)
     tool = parse_tool_log(read_text(d, "receiver.log"))
     ping = parse_ping(read_text(d, "ping.log"))
     t0 = meta["timing"]["transfer_started_unix"]
@@ -98,7 +102,8 @@ def test_cubic_fills_the_link_and_its_queue(tmp_path, household):
     for attempt in "abc":
         _wait_for_a_quiet_host()
         d = run_trial(_cubic(household), tmp_path / attempt)
-        assert EXPECTED_FILES <= {p.name for p in d.iterdir()}
+        assert EXPECTED_FILES == {p.name for p in d.iterdir()}
+        assert EXPECTED_MEMBERS <= set(rawio.members(d))
         m = _metrics(d)
         if best is None or m["wire_kbps"] > best[1]["wire_kbps"]:
             best = (d, m)
@@ -135,19 +140,22 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     assert "-latency_factor" in meta["tool"]["sender_argv"]
     assert meta["capacity_kbps"] == get_household(9747).upload_kbps
     assert meta["queue"]["dev"] == GATEWAY_EGRESS["uplink"]
-    for key in ("household", "linkplan", "variant", "tool", "host", "delay_mechanism",
-                "archive", "timing", "concurrency", "git_revision", "config_hash",
-                "format_version"):
-        assert key in meta, key
-    assert meta["host"]["kernel"] == os.uname().release
-    # format 4: two files, every log and the qdisc dumps packed in the archive
+    # format 4: two files, every log and the set-up records packed in the archive, meta.json
+    # in one 4 KiB block
     assert meta["format_version"] == 4
     assert sorted(p.name for p in d.iterdir()) == ["logs.tar.xz", "meta.json"]
-    assert {"receiver.log", "ping.log", "queue.jsonl", "qdisc.json", "delayline.log"} <= \
+    assert (d / "meta.json").stat().st_size <= 4096
+    assert {"receiver.log", "ping.log", "queue.jsonl", "setup.json", "delayline.log"} <= \
         set(meta["archive"]["members"])
-    qdisc = json.loads(read_text(d, "qdisc.json"))
-    gw_kinds = {q["kind"] for q in qdisc["before"]["gw"]}
-    assert {"htb", "bfifo"} <= gw_kinds and set(qdisc) == {"before", "after"}
+    assert not set(SETUP_KEYS) & set(meta)
+    meta = full_meta(d)
+    for key in ("household", "linkplan", "variant", "tool", "host", "delay_mechanism",
+                "qdisc_before", "qdisc_after", "testbed", "sched", "timing", "concurrency",
+                "git_revision", "config_hash", "format_version"):
+        assert key in meta, key
+    assert meta["host"]["kernel"] == os.uname().release
+    gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
+    assert {"htb", "bfifo"} <= gw_kinds
     assert parse_tool_log(read_text(d, "receiver.log")).complete
     # nothing but the final directory in the parent: the temporary one was renamed
     assert [p.name for p in d.parent.iterdir()] == ["rep1"]

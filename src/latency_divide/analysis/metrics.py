@@ -15,7 +15,9 @@ report, tquic-perf's ``sender.json`` (else the ``connection closed`` line of its
 ``-server_qlogger_path`` into it: ``*.qlog[.gz]`` there or one directory down, or packed in the
 format-4 archive). Trials without
 any of them (measured before tquic-perf reported RTT samples; tperf without a qlog) get None,
-as does a report that cannot be read (the next source is tried first).
+as does a report that cannot be read (the next source is tried first). ``sender_loss_pct``:
+the packets the sender declared lost per packet sent, from the same reports (NaN without
+them: tperf's logs).
 
 The series (ping, queue, throughput) are keyed by ``t_s``, seconds since the transfer started.
 ``latency-divide summarize`` prints one trial's row (:func:`summarize_trial`,
@@ -52,9 +54,8 @@ from latency_divide.trial.layout import SENDER_JSON, SENDER_LOG
 _QLOG_GLOBS = ("*.qlog", "*.qlog.gz", "*/*.qlog", "*/*.qlog.gz")
 
 
-def transport_rtt_of(path: Path) -> tuple[float | None, int | None]:
-    """(mean ms, number) of the sender's transport RTT samples of a trial directory (module
-    docstring); (None, None) if it has no report of them, (None, 0) if it reports none."""
+def _sender_reports(path: Path):
+    """The sender's reports of a trial directory that can be read, best first."""
     for name, parse in ((SENDER_JSON, parse_sender_json), (SENDER_LOG, parse_sender_log)):
         try:
             if not rawio.exists(path, name):
@@ -63,7 +64,24 @@ def transport_rtt_of(path: Path) -> tuple[float | None, int | None]:
         except (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError, tarfile.ReadError,
                 ToolParseError):
             continue
-        if rep is not None and rep.rtt_samples is not None:
+        if rep is not None:
+            yield rep
+
+
+def sender_loss_pct_of(path: Path) -> float | None:
+    """The sender's packet loss rate over the connection, % (packets it declared lost per
+    packet sent: tquic-perf's report); None if no report gives both counts (tperf)."""
+    for rep in _sender_reports(path):
+        if rep.loss_pct is not None:
+            return rep.loss_pct
+    return None
+
+
+def transport_rtt_of(path: Path) -> tuple[float | None, int | None]:
+    """(mean ms, number) of the sender's transport RTT samples of a trial directory (module
+    docstring); (None, None) if it has no report of them, (None, 0) if it reports none."""
+    for rep in _sender_reports(path):
+        if rep.rtt_samples is not None:
             return rep.rtt_mean_ms, rep.rtt_samples
     qlogs = sorted({q for g in _QLOG_GLOBS for q in path.glob(g) if q.is_file()})
     try:
@@ -142,6 +160,8 @@ def trial_row(trial: Trial) -> dict:
         transfer_end_unix=end,
     )
     row["transport_rtt_mean_ms"], row["transport_rtt_samples"] = transport_rtt_of(path)
+    loss = sender_loss_pct_of(path)
+    row["sender_loss_pct"] = math.nan if loss is None else loss
     health = meta.get("health") if isinstance(meta.get("health"), dict) else {}
     row["health_verdict"] = str(health.get("verdict", "unknown"))
     for k in HEALTH_COLUMNS:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 KEYS = ("definition_id", "household_id", "direction", "variant", "repetition")
@@ -54,6 +54,9 @@ TRIALS_SCHEMA = pa.schema(
         # number (analysis.metrics; null where the trial has no report of them)
         ("transport_rtt_mean_ms", pa.float64()),
         ("transport_rtt_samples", pa.int64()),
+        # the sender's packet loss rate, % of the packets it sent that it declared lost
+        # (analysis.metrics; NaN without a sender report of both counts: tperf)
+        ("sender_loss_pct", pa.float64()),
         ("ping_loss_pct", pa.float64()),
         ("queue_mean_bytes", pa.float64()),
         ("queue_p95_bytes", pa.float64()),

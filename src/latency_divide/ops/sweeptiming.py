@@ -19,13 +19,13 @@ prints it for any raw directory.
 
 from __future__ import annotations
 
-import json
 import statistics
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from latency_divide.trial import rawio
 from latency_divide.trial.layout import ID_PREFIX, META
 
 #: per-trial phases, in order, with what they contain
@@ -55,7 +55,7 @@ class TrialTiming:
 
 
 def trial_timing(meta_path: Path) -> TrialTiming:
-    meta = json.loads(Path(meta_path).read_text())
+    meta = rawio.full_meta(Path(meta_path).parent)  # the host record is in the archive (format 4)
     t = meta["timing"]
     started = t.get("started_unix") or _unix(t["started_at"])
     ended = _unix(t["ended_at"])

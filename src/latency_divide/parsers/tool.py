@@ -162,23 +162,34 @@ class SenderRtt:
     rtt_mean_ms: float | None = None
     rtt_p50_ms: float | None = None
     rtt_p90_ms: float | None = None
+    #: QUIC packets the sender sent and declared lost over the connection (its loss rate)
+    packets_sent: int | None = None
+    packets_lost: int | None = None
+
+    @property
+    def loss_pct(self) -> float | None:
+        """Packets declared lost per packet sent, %; None where either is not reported."""
+        if self.packets_sent is None or self.packets_lost is None or self.packets_sent <= 0:
+            return None
+        return 100.0 * self.packets_lost / self.packets_sent
 
 
+_SENDER_INTS = ("rtt_samples", "packets_sent", "packets_lost")
 _SENDER_FLOATS = ("min_rtt_ms", "srtt_ms", "rtt_mean_ms", "rtt_p50_ms", "rtt_p90_ms")
 
 
 def _sender_rtt(values: dict, where: str) -> SenderRtt:
     """SenderRtt from raw values (numbers, numeric strings, None or "na")."""
     out = {}
-    for k in ("rtt_samples", *_SENDER_FLOATS):
+    for k in (*_SENDER_INTS, *_SENDER_FLOATS):
         v = values.get(k)
         if v is None or v == "na":
             out[k] = None
             continue
         try:
-            if isinstance(v, bool) or (k == "rtt_samples" and isinstance(v, float)):
+            if isinstance(v, bool) or (k in _SENDER_INTS and isinstance(v, float)):
                 raise ValueError(v)
-            num: float | int = int(v) if k == "rtt_samples" else float(v)
+            num: float | int = int(v) if k in _SENDER_INTS else float(v)
             ok = math.isfinite(num) and num >= 0
         except (TypeError, ValueError):
             raise ToolParseError(f"{where}: {k}={v!r} is not a number") from None

@@ -7,8 +7,9 @@ pid>-<random>``, removed by `latency-divide clean` once its owner is gone) and r
 
 Files of a trial directory (README, "Raw data"): ``meta.json`` (written last), the traffic
 tool's logs, the ping log, the queue samples, the delay line's log. Since format 4 every file but
-meta.json is packed into one archive, ``logs.tar.xz`` (the qdisc dumps as ``qdisc.json``): a
-trial is two files, about four 4 KiB blocks on disk instead of ten. Formats 1-3 keep the files
+meta.json is packed into one archive, ``logs.tar.xz``, with the set-up records as
+``setup.json`` (SETUP_KEYS): a trial is two files, about three 4 KiB blocks on disk instead of
+ten. Formats 1-3 keep the files
 side by side, the large logs gzip-compressed. trial.rawio reads every form. Each definition
 directory holds ``definition.json``.
 """
@@ -44,8 +45,13 @@ REQUIRED_LOGS = (RECEIVER_LOG, PING_LOG, QUEUE_LOG)
 COMPRESSED_LOGS = (QUEUE_LOG, RECEIVER_LOG, PING_LOG)
 #: Format 4: every file of a trial but meta.json, in one deterministic tar.xz (trial.rawio).
 ARCHIVE = "logs.tar.xz"
-#: Format 4: the qdisc dumps before and after the transfer (in the archive, not meta.json).
-QDISC_JSON = "qdisc.json"
+#: Format 4: the records of how the trial was set up, moved out of meta.json into the archive
+#: (so that meta.json fits one 4 KiB block): the link plan's commands, the testbed's
+#: namespaces and devices, the offloads, the host's facts, the run-queue watch and the qdisc
+#: dumps before and after the transfer, under the keys meta.json had for them in formats 1-3
+#: (trial.rawio.full_meta merges them back).
+SETUP_JSON = "setup.json"
+SETUP_KEYS = ("linkplan", "testbed", "offloads", "host", "sched", "qdisc_before", "qdisc_after")
 
 #: A trial's temporary directory while it runs: ``.ld-tmp-rep<r>-<owner pid>-<random>``.
 TMP_PREFIX = f".{PREFIX}tmp-"

@@ -17,13 +17,14 @@ from __future__ import annotations
 import functools
 import gzip
 import io
+import json
 import lzma
 import os
 import shutil
 import tarfile
 from pathlib import Path
 
-from latency_divide.trial.layout import ARCHIVE, COMPRESSED_LOGS, META
+from latency_divide.trial.layout import ARCHIVE, COMPRESSED_LOGS, META, SETUP_JSON
 
 #: xz preset of the archive (9: the logs are small, so its memory and time do not matter)
 XZ_PRESET = 9
@@ -87,6 +88,15 @@ def read_bytes(trial_dir: Path | str, name: str) -> bytes:
 def read_text(trial_dir: Path | str, name: str) -> str:
     """Text of ``name`` in any form (:func:`read_bytes`), undecodable bytes replaced."""
     return read_bytes(trial_dir, name).decode(errors="replace")
+
+
+def full_meta(trial_dir: Path | str) -> dict:
+    """meta.json with, for format 4, the set-up records of the archive's setup.json merged
+    back under their keys (layout.SETUP_KEYS): the same dict for every format."""
+    meta = json.loads((Path(trial_dir) / META).read_text())
+    if isinstance(meta, dict) and meta.get("archive") and exists(trial_dir, SETUP_JSON):
+        meta.update(json.loads(read_bytes(trial_dir, SETUP_JSON)))
+    return meta
 
 
 def compress_logs(trial_dir: Path | str, names=COMPRESSED_LOGS) -> None:

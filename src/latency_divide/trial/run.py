@@ -43,13 +43,14 @@ from latency_divide.trial.layout import (
     META,
     PING_ERR,
     PING_LOG,
-    QDISC_JSON,
     QSAMPLER_LOG,
     QUEUE_LOG,
     RECEIVER_JSON,
     RECEIVER_LOG,
     SENDER_JSON,
     SENDER_LOG,
+    SETUP_JSON,
+    SETUP_KEYS,
     TMP_DIR,
     TMP_PREFIX,
     tmp_dir_prefix,
@@ -122,9 +123,8 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
             raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
                                  + "; ".join(meta["health"]["reasons"]))
-        # format 4: the qdisc dumps and every log in one archive beside a compact meta.json
-        write_json_atomic(tmp / QDISC_JSON, {"before": meta.pop("qdisc_before"),
-                                             "after": meta.pop("qdisc_after")}, indent=None)
+        # format 4: the set-up records and every log in one archive beside a compact meta.json
+        write_json_atomic(tmp / SETUP_JSON, {k: meta.pop(k) for k in SETUP_KEYS}, indent=None)
         meta["archive"] = {"name": ARCHIVE, "members": pack(tmp)}
         write_json_atomic(tmp / META, meta, indent=None)
         if final.exists():
