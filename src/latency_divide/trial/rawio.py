@@ -4,7 +4,7 @@ Three forms, read alike: readers ask for a file by its plain name (``receiver.lo
 text from wherever the trial's format keeps it.
 
 * Format 4: every file but ``meta.json`` is packed into ``logs.tar.xz`` (layout.ARCHIVE), a
-  deterministic archive (sorted members, time 0, owner 0, mode 0644, xz preset 9), so the same
+  deterministic archive (sorted members, time 0, owner 0, mode 0644, XZ_FILTERS), so the same
   logs always give the same bytes and DVC hashes stay stable. A trial is two files: in a DVC
   remote each file takes whole 4 KiB blocks, and ten small files took 40 KB a trial. `tar xJf`
   unpacks it.
@@ -26,8 +26,12 @@ from pathlib import Path
 
 from latency_divide.trial.layout import ARCHIVE, COMPRESSED_LOGS, META, SETUP_JSON
 
-#: xz preset of the archive (9: the logs are small, so its memory and time do not matter)
-XZ_PRESET = 9
+#: xz settings of the archive: the strongest preset (the logs are small, so its memory and time
+#: do not matter) with no literal-context bits, which suits text; measured on 40 population
+#: trials, 250 bytes smaller an archive than preset 9, and 15 % of archives in three 4 KiB blocks
+#: instead of 35 %
+XZ_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
+               "lc": 0, "lp": 0, "pb": 0}]
 
 
 def find(trial_dir: Path | str, name: str) -> Path | None:
@@ -135,7 +139,7 @@ def pack(trial_dir: Path | str) -> list[str]:
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))
     tmp = d / f".{ARCHIVE}.tmp"
-    tmp.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, preset=XZ_PRESET))
+    tmp.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, filters=XZ_FILTERS))
     os.replace(tmp, d / ARCHIVE)
     for p in files:
         p.unlink()
