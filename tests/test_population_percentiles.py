@@ -300,3 +300,44 @@ def test_write_and_read(tmp_path, hand):
     assert md[b"latency_divide.schema_version"] == str(PERCENTILES_SCHEMA_VERSION).encode()
     assert pq.read_schema(path).remove_metadata().equals(PERCENTILES_SCHEMA)
     pd.testing.assert_frame_equal(read_percentiles(path), hand)
+
+
+# ------------------------------------------------------------------------------------------
+# Facebook's table beside ours (analysis.facebook, `latency-divide percentiles`)
+# ------------------------------------------------------------------------------------------
+
+def test_side_by_side_takes_the_group_change_of_the_hand_case(hand, tmp_path):
+    from latency_divide.analysis.facebook import FACEBOOK, side_by_side, to_markdown
+
+    df = side_by_side(hand)
+    assert len(df) == len(FACEBOOK)
+    # the hand case has only rtt_mean_ms and copa-0.04: Facebook's application-RTT p50 and p90
+    # of Copa are matched with the hand case's own group changes, everything else is n/a
+    p50 = df[(df.metric == "rtt_mean_ms") & (df.percentile == 50) & (df.group == "copa")].iloc[0]
+    ours = view(hand, "copa-0.04").loc[50.0]
+    assert p50.facebook == -0.04 and p50.ours == ours["change_group"]
+    assert (p50.ci_low, p50.ci_high) == (ours["ci_low_group"], ours["ci_high_group"])
+    assert p50.agrees == (ours["ci_low_group"] <= -0.04 <= ours["ci_high_group"])
+    bbr = df[df.group == "bbr"]
+    assert bbr["ours"].isna().all() and not bbr["agrees"].any()
+    md = to_markdown(df)
+    assert md.count("\n") == len(FACEBOOK) + 1
+    assert f"| application RTT (ping) | p50 | copa (copa-0.04) | -4 % | {100 * ours['change_group']:+.0f} %" in md
+
+
+def test_percentiles_cli(hand, tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "percentiles.parquet"
+    write_percentiles(hand, path)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "latency_divide.cli", "percentiles", *args],
+                              capture_output=True, text=True)
+    ok = run(str(path))
+    assert ok.returncode == 0 and "| goodput | p50 | copa (copa-0.04) | +16 % | n/a" in ok.stdout
+    bad = run(str(path), "--bucket", "9-10")
+    assert bad.returncode != 0 and "--bucket '9-10': the table has 0-30, all" in bad.stderr
+    gone = run(str(tmp_path / "nope.parquet"))
+    assert gone.returncode != 0 and "nope.parquet: no such file" in gone.stderr

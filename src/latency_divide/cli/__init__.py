@@ -17,6 +17,8 @@ from latency_divide.cli.analysis import (
     _compare_args,
     _copa_rtt,
     _copa_rtt_args,
+    _percentiles,
+    _percentiles_args,
     _summarize,
     _summarize_args,
     _trace,
@@ -65,6 +67,8 @@ COMMANDS: dict[str, Command] = {
     "copa-rtt": Command("what mvfst's Copa takes for queueing delay, from tperf's qlog "
                         "(latest - min RTT, and the peer's ack delay in it)", _copa_rtt_args,
                         _copa_rtt),
+    "percentiles": Command("a population run's percentile table beside Facebook's production "
+                           "numbers (Markdown)", _percentiles_args, _percentiles),
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
     "verify": Command("check raw data against dvc.lock (missing or corrupted files)",
                       _verify_args, _verify),

@@ -1,6 +1,7 @@
 """Subcommands on the results: ``summarize`` (one trial's row of the trials table),
 ``copa-rtt`` (what mvfst's Copa takes for queueing delay, from tperf's qlog), ``compare`` (runs'
-summary tables side by side) and ``trace`` (a figure's provenance, verified).
+summary tables side by side), ``percentiles`` (a population run's percentile table beside
+Facebook's production numbers) and ``trace`` (a figure's provenance, verified).
 
 Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from latency_divide import limits
 from latency_divide.errors import ConfigError
@@ -90,3 +92,31 @@ def _trace(args) -> int:
     for line in format_dvc_trace(res.record, root=args.root, files=args.files):
         print(line)
     return 0 if res.ok else 2
+
+
+def _percentiles_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("table", help="a population run's percentile table "
+                   "(results/companions/<name>/tables/percentiles.parquet)")
+    p.add_argument("--direction", default="uplink", choices=("uplink", "downlink"),
+                   help="default uplink (Facebook's were uploads)")
+    p.add_argument("--bucket", default="all", help="'all' (default) or a price bucket")
+    p.add_argument("--tool", help="the table's tool (needed when it holds more than one)")
+
+
+def _percentiles(args) -> int:
+    from latency_divide.analysis.facebook import side_by_side, to_markdown
+    from latency_divide.analysis.population import read_percentiles
+
+    if not Path(args.table).is_file():
+        raise ConfigError(f"{args.table}: no such file (a population run's percentiles.parquet: "
+                          "snakemake all builds it after dvc pull)")
+    table = read_percentiles(args.table)
+    buckets = sorted(table["bucket"].unique())
+    if args.bucket not in buckets:
+        raise ConfigError(f"--bucket {args.bucket!r}: the table has {', '.join(buckets)}")
+    try:
+        df = side_by_side(table, args.direction, args.bucket, args.tool)
+    except ValueError as e:
+        raise ConfigError(f"--tool: {e}") from None
+    print(to_markdown(df))
+    return 0
