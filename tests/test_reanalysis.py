@@ -94,8 +94,22 @@ def pulled(tmp_path_factory):
     return {"clone": clone, "env": env, "tmp": tmp}
 
 
-def published_trials(clone: Path) -> list[Path]:
-    return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json"))
+def population_trials() -> set[tuple]:
+    """(definition, household, direction, variant, rep) of config/population.yaml's trials: its
+    run is measured over several sessions and published in parts as it goes
+    (docs/population.md)."""
+    from latency_divide.config import load_config
+
+    return {(d, str(h), dr, v, f"rep{r}") for d, h, dr, v, r in
+            trial_ids(load_config(ROOT / "config" / "population.yaml"))}
+
+
+def published_trials(clone: Path, population: bool = False) -> list[Path]:
+    """Published trial directories: the paper's run and its other companions, or
+    (``population``) the population run's trials published so far."""
+    pop = {t[0] for t in population_trials()}
+    return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")
+                  if (p.parts[-6] in pop) == population)
 
 
 def test_dvc_status_lists_no_changed_dependency(pulled):
@@ -114,8 +128,16 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     trials = published_trials(clone)
     # the reference run (304), the fast-links run (224 more), mvfst's tperf: the paper's sweep
     # (304) and its fast links unbound (144 more); the fast links unbound measured again with
-    # health checks (368 more)
+    # health checks (368 more); the paper's sweep measured again (304)
     assert len(trials) == 976 + 368 + 304
+    # the population study published so far (docs/population.md): its own trials, in format 4,
+    # every verdict passing; analysed by `snakemake all` once all 2304 are published
+    pop = published_trials(clone, population=True)
+    assert {t.relative_to(clone / "results/raw").parts for t in pop} <= population_trials()
+    metas = [json.loads((t / "meta.json").read_text()) for t in pop]
+    assert {m["format_version"] for m in metas} == {4}
+    assert all(m["health"]["verdict"] == "pass" for m in metas)
+    complete = len(pop) == 2304
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
@@ -128,6 +150,13 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     for name in ("fast_links_checked", "mvfst", "mvfst_fast_links", "paper_rerun"):
         assert jobs.get(f"companion_tables_{name}") == 1, jobs
         assert jobs.get(f"companion_figures_{name}") == 1, jobs
+    if complete:
+        for rule in ("tables", "figures", "percentiles"):
+            assert jobs.get(f"companion_{rule}_population") == 1, jobs
+    else:  # named, and left out: no table of a half-published data set
+        assert not [j for j in jobs if j.endswith("_population")], jobs
+        assert (f"companion population (config/population.yaml) left out: {2304 - len(pop)} of "
+                "its 2304 trials are not on disk") in log, log[-3000:]
     assert "refusing to measure" not in log
     assert raw_state(clone) == before  # no file under results/raw deleted, rewritten or added
     for t in TABLES:
@@ -161,9 +190,33 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     assert len(rr) == 304 and set(rr["repetition"]) == {2}
     assert set(rr["definition_id"]) == set(tr["definition_id"])
     assert (rr["health_verdict"] == "pass").all()
+    if complete:
+        _population_analysed(clone, env)
     # the same command again: nothing to do
     again = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _population_analysed(clone: Path, env) -> None:
+    """The population study (docs/population.md): 240 households x 2 directions x 4 variants,
+    24 of them three times; every trial healthy, with its loss rate and transport RTT; its
+    percentile table and figures, and the side-by-side with Facebook's numbers."""
+    pop = clone / "results/companions/population"
+    pt = pq.read_table(pop / "tables/trials.parquet").to_pandas()
+    assert len(pt) == 2304 and pt["household_id"].nunique() == 240
+    assert pt["definition_id"].nunique() == 4 and set(pt["repetition"]) == {1, 2, 3}
+    assert (pt["health_verdict"] == "pass").all()
+    assert pt["sender_loss_pct"].notna().all() and pt["transport_rtt_samples"].gt(0).all()
+    metas = [json.loads(p.read_text()) for p in
+             (clone / "results/raw").glob(f"{pt['definition_id'].iloc[0]}/*/*/*/rep*/meta.json")]
+    assert {m["format_version"] for m in metas} == {4}
+    pct = pq.read_table(pop / "tables/percentiles.parquet").to_pandas()
+    assert set(pct["variant"]) == {"cubic", "bbr", "copa-0.04", "copa-0.5"}
+    for f in ("percentiles", "percentiles_buckets"):
+        assert (pop / f"figures/{f}.pdf").stat().st_size > 0
+    table = run([CLI, "percentiles", "results/companions/population/tables/percentiles.parquet"],
+                clone, env).stdout
+    assert table.count("\n") == 14 and "| transport RTT | p90 | copa (copa-0.04) | -38 % |" in table
 
 
 def test_figures_name_each_trials_definition_and_config(pulled):

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A population run's answer for one direction, before the whole run is on disk: its trials
+of that direction parsed as the tables do, the percentile table as `snakemake all` builds it
+(equal household weights, the config's seed, 1,000 resamples), printed beside Facebook's
+numbers (`latency-divide percentiles`), with each variant's loss rate.
+
+`snakemake all` analyses a companion only once every trial of it is on disk; a population run
+is measured over several sessions (docs/population.md), and this gives the answer of a
+direction that is complete. It refuses a direction with trials missing.
+
+    .venv/bin/python bench/bench_population_answer.py [--direction uplink] \\
+        [--config config/population.yaml] [--raw results/raw] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from _trials import ROOT  # noqa: F401  (puts src/ on the path)
+
+from latency_divide.analysis.facebook import side_by_side, to_markdown
+from latency_divide.analysis.population import percentile_table
+from latency_divide.analysis.tables import collect
+from latency_divide.config import load_config
+from latency_divide.trial.layout import trial_path
+from latency_divide.trial.sweep import trial_ids
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--direction", default="uplink", choices=("uplink", "downlink"))
+    ap.add_argument("--config", default="config/population.yaml")
+    ap.add_argument("--raw", type=Path, default=Path("results/raw"))
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    cfg = load_config(a.config)
+    dirs = [trial_path(a.raw, *t) for t in trial_ids(cfg) if t[2] == a.direction]
+    missing = [d for d in dirs if not (d / "meta.json").is_file()]
+    if missing:
+        sys.exit(f"{len(missing)} of the {len(dirs)} {a.direction} trials of {a.config} are not "
+                 f"under {a.raw} (first: {missing[0]})")
+    t0 = time.monotonic()
+    t = collect(dirs, jobs=a.jobs)
+    if t.skipped:
+        sys.exit(f"{len(t.skipped)} trials cannot be used, first: {t.skipped[0]}")
+    trials = t.trials
+    table = percentile_table(trials.assign(weight=1.0), seed=cfg.seed)
+    print(f"{a.direction}: {len(trials)} trials of {trials['household_id'].nunique()} households "
+          f"(health verdicts: {trials['health_verdict'].value_counts().to_dict()}), "
+          f"{time.monotonic() - t0:.0f} s\n")
+    print(to_markdown(side_by_side(table, a.direction)))
+    print("\nper price bucket: change against Cubic (group) at p50 / p90 [95 % CI]")
+    sel = table[(table["direction"] == a.direction) & (table["variant"] != "cubic")
+                & table["percentile"].isin([50.0, 90.0])]
+    for (bucket, metric, variant), g in sel.groupby(["bucket", "metric", "variant"]):
+        cells = "; ".join(f"p{r.percentile:g} {100 * r.change_group:+.0f} % "
+                          f"[{100 * r.ci_low_group:+.0f}, {100 * r.ci_high_group:+.0f}]"
+                          for r in g.sort_values("percentile").itertuples())
+        print(f"  {bucket:6s} {metric:22s} {variant:10s} n={g['n_households'].iloc[0]:3d}  "
+              f"{cells}")
+    print("\nper variant, across households: median of the household means")
+    hh = trials.groupby(["variant", "household_id"])[
+        ["sender_loss_pct", "norm_tput", "transport_rtt_mean_ms", "rtt_mean_ms"]].mean()
+    print(hh.groupby("variant").median().round(3).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

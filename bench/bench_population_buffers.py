@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The population run's loss and delay by bottleneck buffer, in packets: where Copa's standing
+queue (1/δ packets: 25 at Facebook's δ = 0.04, 2 at 0.5) fits in the 2 x BDP FIFO and where it
+does not (docs/population.md, "Why").
+
+Reads a population run's trials table and its trials' link plans (the bottleneck FIFO's
+limit, `linkplan.<direction>.queue_bytes` of meta.json or, format 4, the archive's
+setup.json), and prints, per direction and buffer class (< 8, 8-25, >= 25 packets of 1,250
+bytes, tquic-perf's datagram size): households, then per variant the median sender loss rate,
+norm_tput and transport RTT, and the median per-household transport-RTT change against Cubic.
+
+    .venv/bin/python bench/bench_population_buffers.py \\
+        results/companions/population/tables/trials.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from _trials import ROOT  # noqa: F401  (puts src/ on the path)
+
+from latency_divide.trial import rawio
+
+#: bytes of one tquic-perf packet on the wire, for the buffer in packets
+PACKET_BYTES = 1250
+#: buffer classes in packets: [low, high)
+CLASSES = ((0, 8, "< 8"), (8, 25, "8-25"), (25, np.inf, ">= 25"))
+
+
+def buffer_bytes(trial_path: str, direction: str) -> int:
+    return int(rawio.full_meta(trial_path)["linkplan"][direction]["queue_bytes"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trials", type=Path)
+    a = ap.parse_args()
+    tr = pd.read_parquet(a.trials)
+    tr["buffer_pkts"] = [buffer_bytes(p, d) / PACKET_BYTES
+                         for p, d in zip(tr["trial_path"], tr["direction"])]
+    tr["buffer_class"] = ""
+    for lo, hi, name in CLASSES:
+        tr.loc[(tr["buffer_pkts"] >= lo) & (tr["buffer_pkts"] < hi), "buffer_class"] = name
+    hh = tr.groupby(["direction", "household_id", "variant"], as_index=False).agg(
+        loss=("sender_loss_pct", "mean"), norm_tput=("norm_tput", "mean"),
+        rtt=("transport_rtt_mean_ms", "mean"), buffer_class=("buffer_class", "first"))
+    cubic = hh[hh["variant"] == "cubic"].set_index(["direction", "household_id"])["rtt"]
+    hh["rtt_change"] = [r / cubic.get((d, h), np.nan) - 1
+                        for d, h, r in zip(hh["direction"], hh["household_id"], hh["rtt"])]
+    variants = sorted(hh["variant"].unique())
+    for d in sorted(hh["direction"].unique()):
+        print(f"\n{d}: median per household (loss %, norm_tput, transport RTT ms, RTT vs cubic)")
+        for _, _, name in CLASSES:
+            sel = hh[(hh["direction"] == d) & (hh["buffer_class"] == name)]
+            n = sel["household_id"].nunique()
+            if not n:
+                continue
+            print(f"  buffer {name:>5s} packets: {n} households")
+            for v in variants:
+                s = sel[sel["variant"] == v]
+                print(f"    {v:10s} loss {s['loss'].median():5.1f} %  norm_tput "
+                      f"{s['norm_tput'].median():.3f}  RTT {s['rtt'].median():7.1f}  "
+                      f"{100 * s['rtt_change'].median():+5.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
