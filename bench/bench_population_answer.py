@@ -29,6 +29,21 @@ from latency_divide.trial.layout import trial_path
 from latency_divide.trial.sweep import trial_ids
 
 
+def direction_trials(config: str, raw: Path, direction: str, jobs: int = 2):
+    """(config, trials-table frame) of every trial of ``direction`` of a population config,
+    parsed as the tables do; exits naming the first missing or unusable trial."""
+    cfg = load_config(config)
+    dirs = [trial_path(raw, *t) for t in trial_ids(cfg) if t[2] == direction]
+    missing = [d for d in dirs if not (d / "meta.json").is_file()]
+    if missing:
+        sys.exit(f"{len(missing)} of the {len(dirs)} {direction} trials of {config} are not "
+                 f"under {raw} (first: {missing[0]})")
+    t = collect(dirs, jobs=jobs)
+    if t.skipped:
+        sys.exit(f"{len(t.skipped)} trials cannot be used, first: {t.skipped[0]}")
+    return cfg, t.trials
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--direction", default="uplink", choices=("uplink", "downlink"))
@@ -36,17 +51,8 @@ def main() -> int:
     ap.add_argument("--raw", type=Path, default=Path("results/raw"))
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args()
-    cfg = load_config(a.config)
-    dirs = [trial_path(a.raw, *t) for t in trial_ids(cfg) if t[2] == a.direction]
-    missing = [d for d in dirs if not (d / "meta.json").is_file()]
-    if missing:
-        sys.exit(f"{len(missing)} of the {len(dirs)} {a.direction} trials of {a.config} are not "
-                 f"under {a.raw} (first: {missing[0]})")
     t0 = time.monotonic()
-    t = collect(dirs, jobs=a.jobs)
-    if t.skipped:
-        sys.exit(f"{len(t.skipped)} trials cannot be used, first: {t.skipped[0]}")
-    trials = t.trials
+    cfg, trials = direction_trials(a.config, a.raw, a.direction, a.jobs)
     table = percentile_table(trials.assign(weight=1.0), seed=cfg.seed)
     print(f"{a.direction}: {len(trials)} trials of {trials['household_id'].nunique()} households "
           f"(health verdicts: {trials['health_verdict'].value_counts().to_dict()}), "

@@ -11,6 +11,10 @@ norm_tput and transport RTT, and the median per-household transport-RTT change a
 
     .venv/bin/python bench/bench_population_buffers.py \\
         results/companions/population/tables/trials.parquet
+    .venv/bin/python bench/bench_population_buffers.py --direction uplink   # from results/raw
+
+(the second while the run is published in part: one complete direction of
+config/population.yaml, parsed as bench/bench_population_answer.py does).
 """
 
 from __future__ import annotations
@@ -37,9 +41,18 @@ def buffer_bytes(trial_path: str, direction: str) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trials", type=Path)
+    ap.add_argument("trials", type=Path, nargs="?", help="a trials.parquet")
+    ap.add_argument("--direction", choices=("uplink", "downlink"),
+                    help="instead: this direction's trials of config/population.yaml")
     a = ap.parse_args()
-    tr = pd.read_parquet(a.trials)
+    if (a.trials is None) == (a.direction is None):
+        ap.error("give a trials table or --direction")
+    if a.trials is not None:
+        tr = pd.read_parquet(a.trials)
+    else:
+        from bench_population_answer import direction_trials
+
+        tr = direction_trials("config/population.yaml", Path("results/raw"), a.direction)[1]
     tr["buffer_pkts"] = [buffer_bytes(p, d) / PACKET_BYTES
                          for p, d in zip(tr["trial_path"], tr["direction"])]
     tr["buffer_class"] = ""
