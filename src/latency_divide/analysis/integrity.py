@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import lzma
-import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -154,7 +152,7 @@ def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozen
     DVC pinned were readable when published: `publish` checks them)."""
     try:
         packed = rawio.members(d)
-    except (OSError, EOFError, lzma.LZMAError, tarfile.ReadError) as e:
+    except rawio.UNREADABLE as e:
         packed = {}
         if ARCHIVE not in pinned_intact:
             found.append(Finding(str(d), ARCHIVE, f"not a readable tar.xz archive "
@@ -262,7 +260,7 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=(),
     if meta.get("archive"):  # format 4: the link plan is in the archive's setup.json
         try:
             meta = rawio.full_meta(d)
-        except (OSError, EOFError, ValueError, lzma.LZMAError, tarfile.ReadError):
+        except (ValueError, *rawio.UNREADABLE):
             pass  # the archive's fault is a finding already; the identity checks say the rest
     _check_identity(d, meta, found)
     return found

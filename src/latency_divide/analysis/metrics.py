@@ -29,9 +29,7 @@ from __future__ import annotations
 import fnmatch
 import gzip
 import json
-import lzma
 import math
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +59,7 @@ def _sender_reports(path: Path):
             if not rawio.exists(path, name):
                 continue
             rep = parse(rawio.read_text(path, name))
-        except (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError, tarfile.ReadError,
-                ToolParseError):
+        except (*rawio.UNREADABLE, ToolParseError):
             continue
         if rep is not None:
             yield rep
@@ -89,7 +86,7 @@ def transport_rtt_of(path: Path) -> tuple[float | None, int | None]:
         if docs:
             r = transport_rtt(docs)
             return r.mean_ms, r.samples
-    except (QlogError, OSError, EOFError, lzma.LZMAError, tarfile.ReadError, ValueError):
+    except (QlogError, ValueError, *rawio.UNREADABLE):
         pass
     return None, None
 

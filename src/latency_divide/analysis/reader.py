@@ -20,9 +20,7 @@ The source is recorded per trial in the ``window_source`` column.
 from __future__ import annotations
 
 import json
-import lzma
 import math
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,11 +44,6 @@ from latency_divide.trial.layout import (
 
 #: Files every trial needs; logs may be stored as NAME.gz or in the archive (trial.rawio).
 REQUIRED_FILES = (META, *REQUIRED_LOGS)
-
-
-#: What reading a damaged file raises: EOFError for a gzip log cut short, LZMAError and
-#: ReadError for a damaged archive.
-_UNREADABLE = (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError, tarfile.ReadError)
 
 
 class TrialInvalid(LatencyDivideError):
@@ -92,7 +85,7 @@ def _read(path: Path, name: str) -> str:
         if not rawio.exists(path, name):
             raise TrialInvalid(path, _missing(path, name))
         return rawio.read_text(path, name)
-    except _UNREADABLE as e:
+    except rawio.UNREADABLE as e:
         raise TrialInvalid(path, f"cannot read {name}: {e or 'compressed file cut short'}") from None
 
 
@@ -136,7 +129,7 @@ def load_trial(path: Path | str) -> Trial:
         try:
             if not rawio.exists(path, name):
                 raise TrialInvalid(path, _missing(path, name))
-        except _UNREADABLE as e:
+        except rawio.UNREADABLE as e:
             raise TrialInvalid(path, f"cannot read {ARCHIVE}: {e or 'cut short'}") from None
     try:
         meta = json.loads(_read(path, META))

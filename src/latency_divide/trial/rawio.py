@@ -26,6 +26,10 @@ from pathlib import Path
 
 from latency_divide.trial.layout import ARCHIVE, COMPRESSED_LOGS, META, SETUP_JSON
 
+#: What reading a damaged trial file raises: OSError (a gzip file that is not one), EOFError
+#: (a gzip log cut short), LZMAError and ReadError (a damaged archive), UnicodeDecodeError.
+UNREADABLE = (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError, tarfile.ReadError)
+
 #: xz settings of the archive: the strongest preset (the logs are small, so its memory and time
 #: do not matter) with no literal-context bits, which suits text; measured on 40 population
 #: trials, 250 bytes smaller an archive than preset 9, and 15 % of archives in three 4 KiB blocks
