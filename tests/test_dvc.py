@@ -293,3 +293,35 @@ def test_repro_keeps_raw_logs(published):
     lock = yaml.safe_load((clone / "dvc.lock").read_text())
     assert lock["stages"]["trials"]["outs"][0]["nfiles"] == NFILES
     assert run([str(VENV_BIN / "latency-divide"), "verify"], clone, env).returncode == 0
+
+
+def test_repacked_trials_publish_and_their_old_objects_leave_the_remote(published):
+    """`latency-divide repack` then `publish --replace-published`: the remote holds the new
+    objects, the replaced files' objects are removed (the earlier revision has them in its
+    committed dvc-remote/), and a fresh clone pulls trials that rebuild every original file."""
+    clone = clone_and_pull(published, "repack")
+    env = published["env"]
+    remote = clone / "dvc-remote"
+    cli = str(VENV_BIN / "latency-divide")
+    before = {p.name for p in remote.rglob("*") if p.is_file()}
+    gz = {md5_file(p) for p in (clone / "results/raw").rglob("*.gz")}
+    assert gz
+    run([cli, "repack"], clone, env)
+    refused = run([cli, "publish"], clone, env, check=False)
+    assert refused.returncode == 1 and "modified" in refused.stderr  # only adds by default
+    p = run([cli, "publish", "--replace-published"], clone, env)
+    assert re.search(r"removing \d+ objects no manifest of dvc.lock references", p.stderr)
+    after = {p.parent.name + p.name for p in remote.rglob("*") if p.is_file()}
+    assert not gz & after  # the gzip logs' objects are gone
+    assert len(after) < len(before)
+    run(["git", "add", "-A"], clone, env)
+    run(["git", "commit", "-q", "-m", "repacked"], clone, env)
+    again = published["tmp"] / "repack-clone"
+    run(["git", "clone", "-q", str(clone), str(again)], published["tmp"], env)
+    run([DVC, "pull"], again, env)
+    files = [p.name for p in (again / "results/raw").rglob("*") if p.is_file()]
+    assert sorted(set(files)) == ["definition.json", "logs.tar.xz", "meta.json"]
+    check = run([cli, "repack", "--check"], again, env)
+    assert f"{len(FIXTURE_TRIALS)} repacked trial(s) checked: every original file rebuilt" \
+        in check.stdout
+    assert run([cli, "verify"], again, env).returncode == 0

@@ -266,18 +266,27 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=(),
     return found
 
 
+class Checker:
+    """:func:`check_trial` against one repository's dvc.lock, read once (its manifests list
+    every published file): ``Checker(repo).check(d)``. The tables check each trial just before
+    they parse it, so a format-4 archive is decompressed once for both (rawio's cache)."""
+
+    def __init__(self, repo: Path | str | None = "."):
+        self.repo = Path(repo) if repo is not None else None
+        try:
+            self.pins = _pins(self.repo)
+        except DataCheckError as e:
+            raise LatencyDivideError(f"cannot check the trials against dvc.lock: {e}") from None
+        self.cache = object_dirs(self.repo)[0] if self.pins else None  # the local cache first
+
+    def check(self, d: Path | str) -> list[Finding]:
+        return check_trial(Path(d), self.repo, self.pins, self.cache)
+
+
 def check_trials(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> list[Finding]:
     """Findings for every trial directory (against dvc.lock when ``repo`` has one)."""
-    repo_path = Path(repo) if repo is not None else None
-    try:
-        pins = _pins(repo_path)
-    except DataCheckError as e:
-        raise LatencyDivideError(f"cannot check the trials against dvc.lock: {e}") from None
-    cache = object_dirs(repo_path)[0] if pins else None  # the local cache comes first
-    found: list[Finding] = []
-    for d in trial_dirs:
-        found.extend(check_trial(Path(d), repo_path, pins, cache))
-    return found
+    checker = Checker(repo)
+    return [f for d in trial_dirs for f in checker.check(d)]
 
 
 def require_intact(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> None:

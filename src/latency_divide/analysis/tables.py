@@ -1,8 +1,8 @@
 """Raw trial directories -> typed Parquet tables (results/tables/; schemas: analysis.schemas).
 
-Before anything is parsed, :func:`build_tables` checks every trial directory
-(analysis.integrity: DVC pins, raw format, identity); a finding stops it with an error
-naming the trial and the file, and no table is written. A trial that is intact but invalid by its
+:func:`build_tables` checks every trial directory (analysis.integrity: DVC pins, raw format,
+identity) just before it parses it; a finding stops it with an error naming the trial and the
+file, and no table is written. A trial that is intact but invalid by its
 own data (truncated receiver log: the tool failed; no idle or no in-transfer RTT sample; no
 queue sample; empty transfer window) raises :class:`TrialInvalid` naming the trial directory;
 :func:`collect` leaves it out of the measurement tables, lists it with its reason in
@@ -97,8 +97,19 @@ def _frame(rows_or_frames, schema: pa.Schema) -> pd.DataFrame:
     return df[schema.names]
 
 
+#: The integrity checker of the running :func:`collect` (analysis.integrity.Checker), or None;
+#: a module global so that worker processes forked by the pool inherit it (its dvc.lock
+#: manifests are large: not pickled per task).
+_CHECKER = None
+
+
 def _process(d: Path | str):
-    """Parse one trial: ("ok", row, keys, series) or ("skip", TrialInvalid)."""
+    """Check (when a checker is set), then parse one trial: ("ok", row, keys, series),
+    ("skip", TrialInvalid) or ("findings", [integrity.Finding])."""
+    if _CHECKER is not None:
+        found = _CHECKER.check(d)
+        if found:
+            return ("findings", found)
     try:
         trial = load_trial(d)
         row = trial_row(trial)
@@ -113,17 +124,29 @@ def _process(d: Path | str):
     return ("ok", row, {k: trial.keys[k] for k in KEYS}, series)
 
 
-def collect(trial_dirs: Iterable[Path | str], jobs: int = 1) -> Tables:
+def collect(trial_dirs: Iterable[Path | str], jobs: int = 1, checker=None) -> Tables:
     """Parse every trial (in ``jobs`` worker processes when > 1); skip, with a
-    :class:`TrialSkipped` warning naming it, every trial that cannot be used."""
+    :class:`TrialSkipped` warning naming it, every trial that cannot be used. With a
+    ``checker`` (analysis.integrity.Checker), each trial is checked just before it is parsed,
+    and any finding raises DataIntegrityError listing them all."""
+    global _CHECKER
     dirs = list(trial_dirs)
-    if jobs > 1 and len(dirs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+    _CHECKER = checker
+    try:
+        if jobs > 1 and len(dirs) > 1:
+            from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            results = list(ex.map(_process, dirs, chunksize=max(1, len(dirs) // (4 * jobs))))
-    else:
-        results = map(_process, dirs)
+            with ProcessPoolExecutor(max_workers=jobs) as ex:
+                results = list(ex.map(_process, dirs, chunksize=max(1, len(dirs) // (4 * jobs))))
+        else:
+            results = [_process(d) for d in dirs]
+    finally:
+        _CHECKER = None
+    findings = [f for res in results if res[0] == "findings" for f in res[1]]
+    if findings:
+        from latency_divide.analysis.integrity import DataIntegrityError
+
+        raise DataIntegrityError(findings)
     rows: list[dict] = []
     ts: dict[str, list] = {"ping": [], "queue": [], "throughput": []}
     skipped: list[TrialInvalid] = []
@@ -231,10 +254,9 @@ def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: in
     """Check the trials (analysis.integrity, against ``repo``'s dvc.lock), parse them
     and write all tables under ``out_dir`` (results/tables). A failed check raises
     DataIntegrityError before anything is written."""
-    from latency_divide.analysis.integrity import require_intact
+    from latency_divide.analysis.integrity import Checker
 
-    require_intact(trial_dirs, repo)
-    t = collect(trial_dirs, jobs=jobs)
+    t = collect(trial_dirs, jobs=jobs, checker=Checker(repo))
     out = Path(out_dir)
     write_table(t.exclusions, out / "exclusions.parquet", "exclusions")
     write_table(t.trials, out / "trials.parquet", "trials")

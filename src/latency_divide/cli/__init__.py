@@ -37,6 +37,8 @@ from latency_divide.cli.ops import (
     _migrate_args,
     _publish,
     _publish_args,
+    _repack,
+    _repack_args,
     _verify,
     _verify_args,
 )
@@ -74,6 +76,8 @@ COMMANDS: dict[str, Command] = {
                       _verify_args, _verify),
     "migrate": Command("move format-1 trials into the definition layout", _migrate_args,
                        _migrate),
+    "repack": Command("repack trials of formats 1-3 into format 4's two files, losslessly "
+                      "(--check: rebuild their original files)", _repack_args, _repack),
     "publish": Command("record results/raw in dvc.lock and push it to the published remote",
                        _publish_args, _publish),
     "trial": Command("run one trial (local namespaces, or an SSH testbed with --inventory)",

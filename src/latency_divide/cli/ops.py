@@ -1,6 +1,6 @@
 """Subcommands on the raw data: ``verify`` (the files against dvc.lock), ``publish`` (record
-results/raw in dvc.lock and push it to the published remote) and ``migrate`` (format-1 trials
-into the definition layout).
+results/raw in dvc.lock and push it to the published remote), ``migrate`` (format-1 trials
+into the definition layout) and ``repack`` (older trials into format 4's two files, lossless).
 
 Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 """
@@ -75,3 +75,36 @@ def _migrate(args) -> int:
         print(f"{'would move' if args.dry_run else 'moved'} {src} -> {dst}")
     print(f"{len(moves)} trial(s)", file=sys.stderr)
     return 0
+
+
+def _repack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--raw", default=RAW.as_posix(), help="raw data root (default results/raw)")
+    p.add_argument("-n", "--dry-run", action="store_true", help="count the trials, change none")
+    p.add_argument("--check", action="store_true",
+                   help="repack nothing: rebuild every repacked trial's original files and "
+                        "compare them with the md5s it recorded")
+
+
+def _repack(args) -> int:
+    from latency_divide.analysis.integrity import trial_dirs_under
+    from latency_divide.ops.repack import REPACKED, check_repacked, repack_tree
+
+    if not args.check:
+        todo = repack_tree(args.raw, dry_run=args.dry_run, log=lambda m: print(m, file=sys.stderr))
+        print(f"{len(todo)} trial(s) {'to repack' if args.dry_run else 'repacked'}; publish "
+              "them with `latency-divide publish --replace-published`" if todo and not
+              args.dry_run else f"{len(todo)} trial(s) {'to repack' if args.dry_run else 'repacked'}")
+        return 0
+    bad = n = 0
+    for d in trial_dirs_under(args.raw):
+        if REPACKED not in (d / "meta.json").read_text():
+            continue
+        n += 1
+        res = check_repacked(d)
+        for what in res.problems:
+            bad += 1
+            print(f"{d}: {what}")
+        for name in res.gzip_differs:
+            print(f"{d}: {name}: content intact; this zlib deflates it to other bytes")
+    print(f"{n} repacked trial(s) checked: {'every original file rebuilt' if not bad else f'{bad} problem(s)'}")
+    return 2 if bad else 0

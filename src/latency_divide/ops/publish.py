@@ -11,7 +11,10 @@ Superseded manifests: every publish adds a ``.dir`` manifest listing every publi
 bytes per file: 1.9 MB for 1,648 trials), and DVC never removes the previous one. Only the
 manifests dvc.lock names are needed to pull this revision; an earlier revision's manifest is in
 that revision's own committed ``dvc-remote/`` (git history), so removing it from the working
-tree loses nothing. Data objects are never removed.
+tree loses nothing. The same holds for data objects that no manifest of dvc.lock references any
+more (:func:`unreferenced_objects`: the files of trials replaced by `latency-divide repack`):
+they are removed after the push, and an earlier revision pulls them from its own committed
+remote. Objects a current manifest lists are never removed.
 """
 
 from __future__ import annotations
@@ -86,6 +89,21 @@ def stale_manifests(repo: Path | str, remote: Path) -> list[Path]:
     return [m for m in found if m not in keep]
 
 
+def unreferenced_objects(repo: Path | str, remote: Path) -> list[Path]:
+    """The data objects in ``remote`` that no tracked output of dvc.lock (or a .dvc file)
+    references: not a manifest, not listed in one, not a tracked file. Empty unless every
+    tracked directory's manifest can be read (nothing is removed on a partial view)."""
+    keep: set[str] = set()
+    for o in tracked_outs(repo):
+        keep.add(o.md5)
+        if o.is_dir:
+            manifest, _ = load_manifest(repo, o)  # DataCheckError: stop, remove nothing
+            keep.update(manifest.values())
+    found = (p for p in (remote / "files" / "md5").glob("*/*") if p.is_file())
+    return sorted(p for p in found if not p.name.endswith(DIR_SUFFIX)
+                  and p.parent.name + p.name not in keep)
+
+
 @dataclass
 class PublishPlan:
     out: TrackedOut
@@ -93,7 +111,7 @@ class PublishPlan:
     remote_bytes_before: int
     new_objects: int
     new_bytes: int
-    stale_bytes: int = 0  # superseded manifests, removed after the push
+    stale_bytes: int = 0  # superseded manifests, unreferenced objects: removed after the push
 
     @property
     def remote_bytes_after(self) -> int:
@@ -119,7 +137,8 @@ def plan_publish(repo: Path | str, remote: Path, path: str = DEFAULT_PATH) -> Pu
                                  "`dvc commit` first")
         new_objects += 1
         new_bytes += disk_bytes(src.stat().st_size)
-    stale = sum(disk_bytes(m.stat().st_size) for m in stale_manifests(repo, remote))
+    stale = sum(disk_bytes(m.stat().st_size) for m in
+                [*stale_manifests(repo, remote), *unreferenced_objects(repo, remote)])
     return PublishPlan(out, remote, dir_bytes(remote), new_objects, new_bytes, stale)
 
 
@@ -159,6 +178,13 @@ def publish(repo: Path | str = ".", remote: str | None = None, path: str = DEFAU
         log(f"removing superseded manifest {m.relative_to(rdir)} ({m.stat().st_size} bytes; "
             "in git history with the revision that published it)")
         m.unlink()
+    gone = unreferenced_objects(repo, rdir)
+    if gone:
+        freed = sum(disk_bytes(g.stat().st_size) for g in gone)
+        log(f"removing {len(gone)} objects no manifest of dvc.lock references ({freed} bytes on "
+            "disk; in git history with the revisions that published them)")
+        for g in gone:
+            g.unlink()
     after = plan_publish(repo, rdir, path)
     log(f"published: {rdir} holds {after.remote_bytes_before} bytes "
         f"(limit {limit_bytes}); commit dvc.lock and {rdir.name}/ to git")

@@ -68,8 +68,11 @@ def members(trial_dir: Path | str) -> dict[str, bytes]:
 def _read_archive(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, bytes], ...]:
     # keyed by mtime and size too, so a rewritten archive is read again; a trial's readers ask
     # for several members in a row, and this decompresses the archive once for all of them
+    # one lzma call for the whole (small) archive, then tar reads memory: several times
+    # cheaper than tarfile's streaming "r:xz", which decompresses in many small reads
     out = []
-    with tarfile.open(path, "r:xz") as tar:
+    data = lzma.decompress(Path(path).read_bytes(), format=lzma.FORMAT_XZ)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for m in tar:
             if m.isfile():
                 f = tar.extractfile(m)

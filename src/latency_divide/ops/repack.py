@@ -1,0 +1,202 @@
+"""Lossless repacking of older trials into the two-file form of format 4 (`latency-divide
+repack`), and the proof that it lost nothing (`latency-divide repack --check`).
+
+A trial of formats 1-3 is up to ten files: meta.json (indented, 11-14 KB), plain logs and
+gzip-compressed ones. In a DVC remote every file takes whole 4 KiB blocks and costs `dvc pull`
+a copy and a link of its own, so 1,648 such trials were 14,800 files. Repacked, a trial keeps
+its format version and every byte of its content, stored as format 4 stores it:
+
+* ``logs.tar.xz`` (rawio.pack): every file but meta.json, the ``.gz`` logs decompressed
+  under their plain names, and ``setup.json`` with the set-up records (layout.SETUP_KEYS);
+* ``meta.json``: the rest, compact, with ``archive`` (as format 4) and ``repacked``: for each
+  original file its md5 and size, and for a ``.gz`` log the md5 of its content.
+
+:func:`original_files` rebuilds every original file from a repacked trial: meta.json is
+``json.dumps(full meta, indent=2, sort_keys=True) + "\\n"`` (how formats 1-3 wrote it), a
+``.gz`` log is gzip at level 9 with no name and time 0 (rawio.compress_logs). Repacking checks
+that every rebuilt file has its original md5 before it changes anything, and changes the
+directory in place: the archive first, then meta.json (the commit point, an atomic rename),
+then the old files are removed; a repack cut short is finished by running it again.
+:func:`check_repacked` checks a repacked trial the same way later: every content md5 must
+match; a ``.gz`` whose bytes differ while its content matches is reported as such (another zlib
+may deflate the same content differently): the measurement is intact.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from latency_divide.errors import LatencyDivideError
+from latency_divide.fsio import write_json_atomic
+from latency_divide.trial import rawio
+from latency_divide.trial.layout import ARCHIVE, META, SETUP_JSON, SETUP_KEYS, TMP_PREFIX
+
+#: meta.json key of a repacked trial: what it was, file by file
+REPACKED = "repacked"
+
+
+class RepackError(LatencyDivideError):
+    """A trial cannot be repacked, or a repacked trial does not give back its original files."""
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def _gzip(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def _meta_bytes(meta: dict) -> bytes:
+    return (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
+def needs_repack(d: Path | str) -> bool:
+    """A trial directory of formats 1-3 (no archive) that has not been repacked."""
+    d = Path(d)
+    if (d / ARCHIVE).exists():
+        return False
+    meta = json.loads((d / META).read_text())
+    return REPACKED not in meta and not meta.get("archive")
+
+
+def _originals(d: Path) -> dict[str, bytes]:
+    files = {}
+    for p in sorted(d.rglob("*")):
+        if p.is_dir():
+            raise RepackError(f"{d}: holds a subdirectory {p.name}; repack knows flat trials only")
+        files[p.relative_to(d).as_posix()] = p.read_bytes()
+    return files
+
+
+def original_files(d: Path | str) -> dict[str, bytes]:
+    """Every original file of a repacked trial, rebuilt from meta.json and the archive."""
+    d = Path(d)
+    meta = rawio.full_meta(d)
+    record = meta.pop(REPACKED, None)
+    if not isinstance(record, dict):
+        raise RepackError(f"{d}: not a repacked trial (no {REPACKED!r} in {META})")
+    meta.pop("archive", None)
+    members = rawio.members(d)
+    out = {}
+    for name in record["files"]:
+        if name == META:
+            out[name] = _meta_bytes(meta)
+        elif name.endswith(".gz"):
+            out[name] = _gzip(members[name[:-3]])
+        else:
+            out[name] = members[name]
+    return out
+
+
+@dataclass
+class RepackCheck:
+    trial: Path
+    problems: list[str] = field(default_factory=list)  # content lost or changed
+    gzip_differs: list[str] = field(default_factory=list)  # same content, other deflate bytes
+
+
+def check_repacked(d: Path | str) -> RepackCheck:
+    """Rebuild a repacked trial's original files and compare them with what it recorded."""
+    d = Path(d)
+    res = RepackCheck(d)
+    try:
+        rebuilt = original_files(d)
+        record = json.loads((d / META).read_text())[REPACKED]["files"]
+        members = rawio.members(d)
+    except (KeyError, ValueError, *rawio.UNREADABLE) as e:
+        res.problems.append(f"cannot rebuild its files ({type(e).__name__}: {e})")
+        return res
+    for name, want in record.items():
+        if name.endswith(".gz"):
+            if _md5(members.get(name[:-3], b"")) != want["content_md5"]:
+                res.problems.append(f"{name}: content md5 differs from the recorded "
+                                    f"{want['content_md5']}")
+            elif _md5(rebuilt[name]) != want["md5"]:
+                res.gzip_differs.append(name)
+        elif _md5(rebuilt[name]) != want["md5"]:
+            res.problems.append(f"{name}: md5 {_md5(rebuilt[name])} differs from the recorded "
+                                f"{want['md5']}")
+    return res
+
+
+def repack_trial(d: Path | str) -> list[str]:
+    """Repack one trial directory in place (module docstring); return its archive members.
+    Nothing changes unless every original file is rebuilt byte for byte."""
+    d = Path(d)
+    if (d / ARCHIVE).exists() and REPACKED in json.loads((d / META).read_text()):
+        return _finish(d)
+    if not needs_repack(d):
+        raise RepackError(f"{d}: not a trial of formats 1-3 (it has {ARCHIVE} already)")
+    originals = _originals(d)
+    meta = json.loads(originals[META])
+    if _meta_bytes(meta) != originals[META]:
+        raise RepackError(f"{d}/{META}: not written as indent 2, sorted keys: it could not be "
+                          "rebuilt byte for byte, so it is left as it is")
+    record = {}
+    for name, data in originals.items():
+        entry = {"md5": _md5(data), "size": len(data)}
+        if name.endswith(".gz"):
+            entry["content_md5"] = _md5(gzip.decompress(data))
+        record[name] = entry
+    work = d.parent / f"{TMP_PREFIX}repack-{d.name}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        for name, data in originals.items():
+            if name == META:
+                continue
+            plain = name[:-3] if name.endswith(".gz") else name
+            (work / plain).write_bytes(gzip.decompress(data) if name.endswith(".gz") else data)
+        write_json_atomic(work / SETUP_JSON, {k: meta.pop(k) for k in SETUP_KEYS if k in meta},
+                          indent=None)
+        meta["archive"] = {"name": ARCHIVE, "members": rawio.pack(work)}
+        meta[REPACKED] = {"by": "latency-divide repack", "files": record}
+        write_json_atomic(work / META, meta, indent=None)
+        check = check_repacked(work)
+        if check.problems or check.gzip_differs:
+            raise RepackError(f"{d}: the repacked form does not give back the original files "
+                              f"({'; '.join(check.problems + check.gzip_differs)}): left as it is")
+        os.replace(work / ARCHIVE, d / ARCHIVE)
+        os.replace(work / META, d / META)  # the commit point
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return _finish(d)
+
+
+def _finish(d: Path) -> list[str]:
+    """Remove the original files a repacked trial no longer needs (each checked first)."""
+    meta = json.loads((d / META).read_text())
+    check = check_repacked(d)
+    if check.problems:
+        raise RepackError(f"{d}: {'; '.join(check.problems)}")
+    for name in meta[REPACKED]["files"]:
+        if name != META and (d / name).exists():
+            (d / name).unlink()
+    return list(meta["archive"]["members"])
+
+
+def repack_tree(raw_root: Path | str, *, dry_run: bool = False, log=print) -> list[Path]:
+    """Repack every trial of formats 1-3 under ``raw_root``; return them."""
+    from latency_divide.analysis.integrity import trial_dirs_under
+
+    todo = [d for d in trial_dirs_under(raw_root)
+            if needs_repack(d) or ((d / ARCHIVE).exists() and any(
+                (d / n).exists() for n in json.loads((d / META).read_text()).get(REPACKED, {})
+                .get("files", {}) if n != META))]
+    for k, d in enumerate(todo, 1):
+        if not dry_run:
+            repack_trial(d)
+        if k % 100 == 0 or k == len(todo):
+            log(f"{'would repack' if dry_run else 'repacked'} {k} of {len(todo)}: {d}")
+    return todo
