@@ -313,7 +313,8 @@ def make_figure(name: str, tables_dir: Path | str, household: int | None = None,
                                                       tdir / "timeseries" / "ping.parquet"]
     if name == "timeseries":
         hh = pick_household(trials, household, household_order)
-        ts = {n: read_table(tdir / "timeseries" / f"{n}.parquet", n)
+        ts = {n: read_table(tdir / "timeseries" / f"{n}.parquet", n,
+                            filters=[("household_id", "=", hh)])  # one household's rows only
               for n in ("ping", "queue", "throughput")}
         used = trials[trials["household_id"] == hh]
         used = used[used["repetition"] == used.groupby(["direction", "variant"])["repetition"]

@@ -23,6 +23,7 @@ directory).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -71,7 +72,7 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
                      "household_id": int(r.household_id),
                      "price_bucket": str(r.price_bucket), "direction": r.direction,
                      "variant": r.variant, "repetition": int(r.repetition),
-                     "files": hash_dir(r.trial_path)})
+                     "files": _trial_hashes(r.trial_path)})
     return {
         "format_version": SIDECAR_FORMAT_VERSION,
         "figure": str(figure),
@@ -83,6 +84,19 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
         "households": hh,
         "trials": recs,
     }
+
+
+def _trial_hashes(path: str) -> dict[str, str]:
+    """hash_dir of a trial directory, computed once per process while its files are unchanged
+    (a figures job writes several sidecars over the same trials)."""
+    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                  for f in sorted(Path(path).rglob("*")) if f.is_file())
+    return dict(_cached_hashes(str(path), stamp))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_hashes(path: str, _stamp: tuple) -> tuple[tuple[str, str], ...]:
+    return tuple(hash_dir(path).items())
 
 
 def write_sidecar(record: dict, path: Path | str) -> None:

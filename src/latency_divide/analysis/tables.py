@@ -235,8 +235,9 @@ def write_table(df: pd.DataFrame, path: Path | str, name: str) -> None:
         pq.write_table(table, tmp)
 
 
-def read_table(path: Path | str, name: str | None = None) -> pd.DataFrame:
-    """Read a table, checking its schema version (and name, if given)."""
+def read_table(path: Path | str, name: str | None = None, filters=None) -> pd.DataFrame:
+    """Read a table, checking its schema version (and name, if given); ``filters``: pyarrow's
+    row filters (e.g. ``[("household_id", "=", 615016)]``), applied while reading."""
     path = Path(path)
     md = pq.read_schema(path).metadata or {}
     version = md.get(b"latency_divide.schema_version", b"").decode()
@@ -246,7 +247,7 @@ def read_table(path: Path | str, name: str | None = None) -> pd.DataFrame:
     got = md.get(b"latency_divide.table", b"").decode()
     if name is not None and got != name:
         raise LatencyDivideError(f"{path}: holds table {got!r}, expected {name!r}")
-    return pq.read_table(path).to_pandas()
+    return pq.read_table(path, filters=filters).to_pandas()
 
 
 def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: int = 1,
