@@ -65,9 +65,39 @@ def test_an_interrupted_repack_is_finished_by_running_it_again(raw):
         if p.name != "meta.json":
             shutil.copy2(p, d / p.name)
     assert len(list(d.iterdir())) > 2
-    assert d in repack.repack_tree(raw, log=lambda m: None)
+    todo, problems = repack.repack_tree(raw, log=lambda m: None)
+    assert d in todo and problems == []
     assert sorted(p.name for p in d.iterdir()) == ["logs.tar.xz", "meta.json"]
     assert repack.original_files(d) == _files(keep)
+
+
+def test_a_repack_cut_before_its_commit_point_is_redone(raw):
+    d = _trial(raw)
+    before = _files(d)
+    (d / "logs.tar.xz").write_bytes(b"half an archive")  # written, meta.json not yet replaced
+    assert repack.needs_repack(d)
+    repack.repack_trial(d)
+    assert sorted(p.name for p in d.iterdir()) == ["logs.tar.xz", "meta.json"]
+    assert repack.original_files(d) == before
+
+
+def test_a_leftover_that_is_not_the_original_is_kept_and_named(raw):
+    d = _trial(raw)
+    repack.repack_trial(d)
+    (d / "sender.log").write_text("not the original\n")
+    with pytest.raises(repack.RepackError, match="sender.log: not the original file"):
+        repack.repack_trial(d)
+    assert (d / "sender.log").exists()
+
+
+def test_a_compact_meta_json_of_format_3_is_rebuilt_too(raw):
+    d = _trial(raw)
+    meta = json.loads((d / "meta.json").read_text())
+    (d / "meta.json").write_text(json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n")
+    before = _files(d)
+    repack.repack_trial(d)
+    assert json.loads((d / "meta.json").read_text())["repacked"]["meta_json"] == "compact"
+    assert repack.original_files(d) == before
 
 
 def test_a_meta_json_that_cannot_be_rebuilt_is_left_as_it_is(raw):
@@ -75,10 +105,13 @@ def test_a_meta_json_that_cannot_be_rebuilt_is_left_as_it_is(raw):
     meta = json.loads((d / "meta.json").read_text())
     (d / "meta.json").write_text(json.dumps(meta, indent=4))  # not how formats 1-3 wrote it
     before = _files(d)
-    with pytest.raises(repack.RepackError, match="indent 2, sorted keys"):
+    with pytest.raises(repack.RepackError, match="neither indented nor compact"):
         repack.repack_trial(d)
     assert _files(d) == before
     assert not any(p.name.startswith(".ld-tmp-") for p in d.parent.iterdir())
+    todo, problems = repack.repack_tree(raw, log=lambda m: None)  # the others go on
+    assert len(todo) == 3 and len(problems) == 1 and str(d) in problems[0]
+    assert _files(d) == before
 
 
 def test_check_names_a_log_whose_content_changed(raw):
@@ -101,7 +134,7 @@ def test_cli_repacks_the_tree_and_checks_it(raw):
     assert dry.returncode == 0 and "3 trial(s) to repack" in dry.stdout
     assert list(raw.rglob("*.gz"))  # the dry run changed nothing
     done = subprocess.run(cli, capture_output=True, text=True)
-    assert done.returncode == 0 and "3 trial(s) repacked" in done.stdout
+    assert done.returncode == 0 and "3 trial(s) repacked; publish them" in done.stdout
     assert not list(raw.rglob("*.gz"))
     check = subprocess.run([*cli, "--check"], capture_output=True, text=True)
     assert check.returncode == 0 and "3 repacked trial(s) checked: every original file rebuilt" \

@@ -98,18 +98,32 @@ def _frame(rows_or_frames, schema: pa.Schema) -> pd.DataFrame:
 
 
 #: The integrity checker of the running :func:`collect` (analysis.integrity.Checker), or None;
-#: a module global so that worker processes forked by the pool inherit it (its dvc.lock
+#: a module global, set in each worker process once by the pool's initializer (its dvc.lock
 #: manifests are large: not pickled per task).
 _CHECKER = None
 
 
 def _process(d: Path | str):
     """Check (when a checker is set), then parse one trial: ("ok", row, keys, series),
-    ("skip", TrialInvalid) or ("findings", [integrity.Finding])."""
+    ("skip", TrialInvalid), ("findings", [integrity.Finding]) or, with a checker, ("error",
+    exception): an unexpected error is raised only after every trial's findings."""
     if _CHECKER is not None:
         found = _CHECKER.check(d)
         if found:
             return ("findings", found)
+        try:
+            return _parse(d)
+        except Exception as e:  # noqa: BLE001  raised after the findings of every trial
+            return ("error", e)
+    return _parse(d)
+
+
+def _init_worker(checker) -> None:
+    global _CHECKER
+    _CHECKER = checker
+
+
+def _parse(d: Path | str):
     try:
         trial = load_trial(d)
         row = trial_row(trial)
@@ -136,7 +150,9 @@ def collect(trial_dirs: Iterable[Path | str], jobs: int = 1, checker=None) -> Ta
         if jobs > 1 and len(dirs) > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            with ProcessPoolExecutor(max_workers=jobs) as ex:
+            # the checker reaches each worker once, by its initializer (any start method)
+            with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
+                                     initargs=(checker,)) as ex:
                 results = list(ex.map(_process, dirs, chunksize=max(1, len(dirs) // (4 * jobs))))
         else:
             results = [_process(d) for d in dirs]
@@ -147,6 +163,9 @@ def collect(trial_dirs: Iterable[Path | str], jobs: int = 1, checker=None) -> Ta
         from latency_divide.analysis.integrity import DataIntegrityError
 
         raise DataIntegrityError(findings)
+    for res in results:
+        if res[0] == "error":
+            raise res[1]
     rows: list[dict] = []
     ts: dict[str, list] = {"ping": [], "queue": [], "throughput": []}
     skipped: list[TrialInvalid] = []

@@ -8,6 +8,7 @@ Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from latency_divide import limits
@@ -90,14 +91,25 @@ def _repack(args) -> int:
     from latency_divide.ops.repack import REPACKED, check_repacked, repack_tree
 
     if not args.check:
-        todo = repack_tree(args.raw, dry_run=args.dry_run, log=lambda m: print(m, file=sys.stderr))
-        print(f"{len(todo)} trial(s) {'to repack' if args.dry_run else 'repacked'}; publish "
-              "them with `latency-divide publish --replace-published`" if todo and not
-              args.dry_run else f"{len(todo)} trial(s) {'to repack' if args.dry_run else 'repacked'}")
-        return 0
+        todo, problems = repack_tree(args.raw, dry_run=args.dry_run,
+                                     log=lambda m: print(m, file=sys.stderr))
+        if args.dry_run:
+            print(f"{len(todo)} trial(s) to repack")
+            return 0
+        print(f"{len(todo) - len(problems)} trial(s) repacked"
+              + (f", {len(problems)} left as they are (named above)" if problems else "")
+              + ("; publish them with `latency-divide publish --replace-published` (until "
+                 "then the analysis refuses them: their files are not the ones dvc.lock pins)"
+                 if len(todo) > len(problems) else ""))
+        return 2 if problems else 0
     bad = n = 0
     for d in trial_dirs_under(args.raw):
-        if REPACKED not in (d / "meta.json").read_text():
+        try:
+            if REPACKED not in json.loads((d / "meta.json").read_text()):
+                continue
+        except ValueError as e:
+            bad += 1
+            print(f"{d}: meta.json is not JSON ({e})")
             continue
         n += 1
         res = check_repacked(d)
@@ -106,5 +118,6 @@ def _repack(args) -> int:
             print(f"{d}: {what}")
         for name in res.gzip_differs:
             print(f"{d}: {name}: content intact; this zlib deflates it to other bytes")
-    print(f"{n} repacked trial(s) checked: {'every original file rebuilt' if not bad else f'{bad} problem(s)'}")
+    verdict = f"{bad} problem(s)" if bad else "every original file rebuilt"
+    print(f"{n} repacked trial(s) checked: {verdict}")
     return 2 if bad else 0

@@ -12,9 +12,10 @@ bytes per file: 1.9 MB for 1,648 trials), and DVC never removes the previous one
 manifests dvc.lock names are needed to pull this revision; an earlier revision's manifest is in
 that revision's own committed ``dvc-remote/`` (git history), so removing it from the working
 tree loses nothing. The same holds for data objects that no manifest of dvc.lock references any
-more (:func:`unreferenced_objects`: the files of trials replaced by `latency-divide repack`):
-they are removed after the push, and an earlier revision pulls them from its own committed
-remote. Objects a current manifest lists are never removed.
+more (:func:`unreferenced_objects`: the files of trials replaced by `latency-divide repack`)
+and that git's HEAD holds: they are removed after the push, and an earlier revision pulls them
+from its own committed remote. Objects a current manifest lists, and objects never committed to
+git, are never removed.
 """
 
 from __future__ import annotations
@@ -89,19 +90,44 @@ def stale_manifests(repo: Path | str, remote: Path) -> list[Path]:
     return [m for m in found if m not in keep]
 
 
+def _committed(repo: Path, remote: Path) -> set[Path]:
+    """The remote's files committed to git at HEAD (none when ``repo`` is not a git work tree
+    or the remote is outside it)."""
+    import subprocess
+
+    try:
+        rel = remote.resolve().relative_to(Path(repo).resolve()).as_posix()
+        p = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "-z", "--name-only", "HEAD",
+                            "--", rel], capture_output=True, timeout=600)
+    except (ValueError, OSError, subprocess.TimeoutExpired):
+        return set()
+    if p.returncode != 0:
+        return set()
+    return {(Path(repo) / n.decode()).resolve() for n in p.stdout.split(b"\0") if n}
+
+
 def unreferenced_objects(repo: Path | str, remote: Path) -> list[Path]:
     """The data objects in ``remote`` that no tracked output of dvc.lock (or a .dvc file)
-    references: not a manifest, not listed in one, not a tracked file. Empty unless every
-    tracked directory's manifest can be read (nothing is removed on a partial view)."""
+    references (not a manifest, not listed in one, not a tracked file) and that git's HEAD
+    holds: an object never committed is kept, since no revision could pull it otherwise.
+    Empty unless every tracked directory's manifest can be read (nothing is removed on a
+    partial view) and something is tracked."""
+    outs = tracked_outs(repo)
+    if not outs:
+        return []
     keep: set[str] = set()
-    for o in tracked_outs(repo):
+    for o in outs:
         keep.add(o.md5)
         if o.is_dir:
             manifest, _ = load_manifest(repo, o)  # DataCheckError: stop, remove nothing
             keep.update(manifest.values())
-    found = (p for p in (remote / "files" / "md5").glob("*/*") if p.is_file())
-    return sorted(p for p in found if not p.name.endswith(DIR_SUFFIX)
-                  and p.parent.name + p.name not in keep)
+    found = [p for p in (remote / "files" / "md5").glob("*/*")
+             if p.is_file() and not p.name.endswith(DIR_SUFFIX)
+             and p.parent.name + p.name not in keep]
+    if not found:
+        return []
+    committed = _committed(Path(repo), remote)
+    return sorted(p for p in found if p.resolve() in committed)
 
 
 @dataclass

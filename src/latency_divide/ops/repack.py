@@ -9,14 +9,16 @@ its format version and every byte of its content, stored as format 4 stores it:
 * ``logs.tar.xz`` (rawio.pack): every file but meta.json, the ``.gz`` logs decompressed
   under their plain names, and ``setup.json`` with the set-up records (layout.SETUP_KEYS);
 * ``meta.json``: the rest, compact, with ``archive`` (as format 4) and ``repacked``: for each
-  original file its md5 and size, and for a ``.gz`` log the md5 of its content.
+  original file its md5 and size, for a ``.gz`` log the md5 of its content, and how the
+  original meta.json was written (``meta_json``).
 
 :func:`original_files` rebuilds every original file from a repacked trial: meta.json is
-``json.dumps(full meta, indent=2, sort_keys=True) + "\\n"`` (how formats 1-3 wrote it), a
+``json.dumps(full meta, sort_keys=True) + "\\n"``, indented or compact as formats 1-3 wrote it, a
 ``.gz`` log is gzip at level 9 with no name and time 0 (rawio.compress_logs). Repacking checks
 that every rebuilt file has its original md5 before it changes anything, and changes the
 directory in place: the archive first, then meta.json (the commit point, an atomic rename),
-then the old files are removed; a repack cut short is finished by running it again.
+then the old files are removed (each only if its md5 is the recorded one), both files synced
+to disk before the first removal; a repack cut short anywhere is finished by running it again.
 :func:`check_repacked` checks a repacked trial the same way later: every content md5 must
 match; a ``.gz`` whose bytes differ while its content matches is reported as such (another zlib
 may deflate the same content differently): the measurement is intact.
@@ -36,7 +38,7 @@ from pathlib import Path
 from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import write_json_atomic
 from latency_divide.trial import rawio
-from latency_divide.trial.layout import ARCHIVE, META, SETUP_JSON, SETUP_KEYS, TMP_PREFIX
+from latency_divide.trial.layout import ARCHIVE, META, SETUP_JSON, SETUP_KEYS, tmp_dir_prefix
 
 #: meta.json key of a repacked trial: what it was, file by file
 REPACKED = "repacked"
@@ -57,17 +59,23 @@ def _gzip(data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _meta_bytes(meta: dict) -> bytes:
-    return (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()
+#: How formats 1-3 wrote meta.json (fsio.write_json_atomic): indented (formats 1 and 2) or
+#: compact (format 3), keys sorted, one newline at the end
+META_STYLES = {"indent2": 2, "compact": None}
+
+
+def _meta_bytes(meta: dict, style: str = "indent2") -> bytes:
+    indent = META_STYLES[style]
+    seps = (",", ":") if indent is None else None
+    return (json.dumps(meta, indent=indent, sort_keys=True, default=str, separators=seps)
+            + "\n").encode()
 
 
 def needs_repack(d: Path | str) -> bool:
-    """A trial directory of formats 1-3 (no archive) that has not been repacked."""
+    """A trial directory of formats 1-3 not repacked yet (or whose repack was cut short)."""
     d = Path(d)
-    if (d / ARCHIVE).exists():
-        return False
-    meta = json.loads((d / META).read_text())
-    return REPACKED not in meta and not meta.get("archive")
+    state = _state(d)
+    return state in ("old", "cut") or (state == "repacked" and bool(_leftovers(d)))
 
 
 def _originals(d: Path) -> dict[str, bytes]:
@@ -91,7 +99,7 @@ def original_files(d: Path | str) -> dict[str, bytes]:
     out = {}
     for name in record["files"]:
         if name == META:
-            out[name] = _meta_bytes(meta)
+            out[name] = _meta_bytes(meta, record.get("meta_json", "indent2"))
         elif name.endswith(".gz"):
             out[name] = _gzip(members[name[:-3]])
         else:
@@ -114,7 +122,8 @@ def check_repacked(d: Path | str) -> RepackCheck:
         rebuilt = original_files(d)
         record = json.loads((d / META).read_text())[REPACKED]["files"]
         members = rawio.members(d)
-    except (KeyError, ValueError, *rawio.UNREADABLE) as e:
+    except (KeyError, ValueError, TypeError, AttributeError, RepackError,
+            *rawio.UNREADABLE) as e:
         res.problems.append(f"cannot rebuild its files ({type(e).__name__}: {e})")
         return res
     for name, want in record.items():
@@ -130,26 +139,50 @@ def check_repacked(d: Path | str) -> RepackCheck:
     return res
 
 
+def _state(d: Path) -> str:
+    """"repacked" (meta.json committed), "cut" (an archive beside the old meta.json: a repack
+    cut before its commit point), "old" (formats 1-3) or "format4"."""
+    meta = json.loads((d / META).read_text())
+    if REPACKED in meta:
+        return "repacked"
+    if meta.get("archive"):
+        return "format4"
+    return "cut" if (d / ARCHIVE).exists() else "old"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def repack_trial(d: Path | str) -> list[str]:
     """Repack one trial directory in place (module docstring); return its archive members.
     Nothing changes unless every original file is rebuilt byte for byte."""
     d = Path(d)
-    if (d / ARCHIVE).exists() and REPACKED in json.loads((d / META).read_text()):
+    state = _state(d)
+    if state == "repacked":
         return _finish(d)
-    if not needs_repack(d):
-        raise RepackError(f"{d}: not a trial of formats 1-3 (it has {ARCHIVE} already)")
+    if state == "format4":
+        raise RepackError(f"{d}: a format-4 trial already")
+    if state == "cut":  # the originals are all there (removed only after the commit point)
+        (d / ARCHIVE).unlink()
     originals = _originals(d)
     meta = json.loads(originals[META])
-    if _meta_bytes(meta) != originals[META]:
-        raise RepackError(f"{d}/{META}: not written as indent 2, sorted keys: it could not be "
-                          "rebuilt byte for byte, so it is left as it is")
+    style = next((st for st in META_STYLES if _meta_bytes(meta, st) == originals[META]), None)
+    if style is None:
+        raise RepackError(f"{d}/{META}: written neither indented nor compact with sorted keys: "
+                          "it could not be rebuilt byte for byte, so it is left as it is")
     record = {}
     for name, data in originals.items():
         entry = {"md5": _md5(data), "size": len(data)}
         if name.endswith(".gz"):
             entry["content_md5"] = _md5(gzip.decompress(data))
         record[name] = entry
-    work = d.parent / f"{TMP_PREFIX}repack-{d.name}-{os.getpid()}"
+    # named like a trial's temporary directory, so `latency-divide clean` removes it if cut
+    work = d.parent / f"{tmp_dir_prefix(_repetition(d), os.getpid())}repack"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
@@ -161,42 +194,72 @@ def repack_trial(d: Path | str) -> list[str]:
         write_json_atomic(work / SETUP_JSON, {k: meta.pop(k) for k in SETUP_KEYS if k in meta},
                           indent=None)
         meta["archive"] = {"name": ARCHIVE, "members": rawio.pack(work)}
-        meta[REPACKED] = {"by": "latency-divide repack", "files": record}
+        meta[REPACKED] = {"by": "latency-divide repack", "meta_json": style, "files": record}
         write_json_atomic(work / META, meta, indent=None)
         check = check_repacked(work)
         if check.problems or check.gzip_differs:
             raise RepackError(f"{d}: the repacked form does not give back the original files "
                               f"({'; '.join(check.problems + check.gzip_differs)}): left as it is")
+        for f in (work / ARCHIVE, work / META):
+            _fsync(f)  # on disk before any original file can be removed
         os.replace(work / ARCHIVE, d / ARCHIVE)
         os.replace(work / META, d / META)  # the commit point
+        _fsync(d)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return _finish(d)
 
 
+def _repetition(d: Path) -> int:
+    try:
+        return int(d.name.removeprefix("rep"))
+    except ValueError:
+        return 0
+
+
+def _leftovers(d: Path) -> list[str]:
+    """Original files still beside a repacked trial's archive (a repack cut after its commit
+    point)."""
+    files = json.loads((d / META).read_text())[REPACKED]["files"]
+    return [n for n in files if n != META and (d / n).exists()]
+
+
 def _finish(d: Path) -> list[str]:
-    """Remove the original files a repacked trial no longer needs (each checked first)."""
+    """Remove the original files a repacked trial no longer needs: only a file whose md5 is the
+    one recorded, and only once the archive gives every original file back."""
     meta = json.loads((d / META).read_text())
     check = check_repacked(d)
     if check.problems:
         raise RepackError(f"{d}: {'; '.join(check.problems)}")
-    for name in meta[REPACKED]["files"]:
-        if name != META and (d / name).exists():
-            (d / name).unlink()
+    files = meta[REPACKED]["files"]
+    for name in _leftovers(d):
+        if _md5((d / name).read_bytes()) != files[name]["md5"]:
+            raise RepackError(f"{d}/{name}: not the original file the trial recorded (md5 "
+                              f"{files[name]['md5']}): left in place, remove it by hand")
+        (d / name).unlink()
     return list(meta["archive"]["members"])
 
 
-def repack_tree(raw_root: Path | str, *, dry_run: bool = False, log=print) -> list[Path]:
-    """Repack every trial of formats 1-3 under ``raw_root``; return them."""
+def repack_tree(raw_root: Path | str, *, dry_run: bool = False,
+                log=print) -> tuple[list[Path], list[str]]:
+    """Repack every trial of formats 1-3 under ``raw_root`` (and finish any cut repack);
+    return the trials and the problems (a trial that cannot be repacked is left as it is,
+    named, and the others go on)."""
     from latency_divide.analysis.integrity import trial_dirs_under
 
-    todo = [d for d in trial_dirs_under(raw_root)
-            if needs_repack(d) or ((d / ARCHIVE).exists() and any(
-                (d / n).exists() for n in json.loads((d / META).read_text()).get(REPACKED, {})
-                .get("files", {}) if n != META))]
+    todo = []
+    for d in trial_dirs_under(raw_root):
+        state = _state(d)
+        if state in ("old", "cut") or (state == "repacked" and _leftovers(d)):
+            todo.append(d)
+    problems = []
     for k, d in enumerate(todo, 1):
         if not dry_run:
-            repack_trial(d)
+            try:
+                repack_trial(d)
+            except RepackError as e:
+                problems.append(str(e))
+                log(f"left as it is: {e}")
         if k % 100 == 0 or k == len(todo):
             log(f"{'would repack' if dry_run else 'repacked'} {k} of {len(todo)}: {d}")
-    return todo
+    return todo, problems

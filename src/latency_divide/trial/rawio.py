@@ -61,12 +61,13 @@ def members(trial_dir: Path | str) -> dict[str, bytes]:
         st = a.stat()
     except FileNotFoundError:
         return {}
-    return dict(_read_archive(str(a), st.st_mtime_ns, st.st_size))
+    return dict(_read_archive(str(a), (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)))
 
 
 @functools.lru_cache(maxsize=4)
-def _read_archive(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, bytes], ...]:
-    # keyed by mtime and size too, so a rewritten archive is read again; a trial's readers ask
+def _read_archive(path: str, _stamp: tuple) -> tuple[tuple[str, bytes], ...]:
+    # keyed by inode, times and size too, so a replaced or rewritten archive (a rename, a copy
+    # that keeps the mtime) is read again; a trial's readers ask
     # for several members in a row, and this decompresses the archive once for all of them
     # one lzma call for the whole (small) archive, then tar reads memory: several times
     # cheaper than tarfile's streaming "r:xz", which decompresses in many small reads
