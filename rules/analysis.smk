@@ -19,52 +19,50 @@ rule analysis_tables:
         "../workflow/scripts/build_tables.py"
 
 
-# One tables job per companion data set present (rules/common.smk, COMPANIONS_PRESENT).
-for _c in COMPANIONS_PRESENT:
+# One tables job for every companion data set present (rules/common.smk, COMPANIONS_PRESENT),
+# each companion's percentile table too when it is a population run: one Python start-up and
+# one import of the analysis for all (a job of its own costs each companion 2-3 s of CPU before
+# it reads a trial: bench/bench_reanalysis.py). Outputs are named <companion key>__<table>.
+if COMPANIONS_PRESENT:
 
-    rule:
-        name:
-            f"companion_tables_{_c.name.replace('-', '_')}"
+    rule companion_tables:
         input:
-            metas=_c.metas(),
+            **{f"{companion_key(_c)}__metas": _c.metas() for _c in COMPANIONS_PRESENT},
         output:
-            **table_files(_c.root),
+            **{f"{companion_key(_c)}__{k}": v for _c in COMPANIONS_PRESENT
+               for k, v in {**table_files(_c.root), **percentile_files(_c.root, _c.cfg)}.items()},
+        params:
+            companions=[{"key": companion_key(_c), "name": _c.name, "seed": _c.cfg.seed}
+                        for _c in COMPANIONS_PRESENT],
         threads: 2
         conda:
             "../envs/analysis.yaml"
         log:
-            f"logs/companions/{_c.name}/analysis_tables.log",
+            "logs/companions/analysis_tables.log",
         script:
-            "../workflow/scripts/build_tables.py"
+            "../workflow/scripts/companion_tables.py"
 
 
 TARGET_FUNCTIONS.append(analysis_targets)
 TARGET_FUNCTIONS.append(companion_targets)
 
 
-# The percentile view of a population run (households.population_sample; docs/population.md):
-# the trials table -> percentiles.parquet (weighted percentiles, change against Cubic, seeded
-# household bootstrap; latency_divide.analysis.population). One job per data set that is a
-# population run: this run's, and each companion present.
-for _root, _cfg, _name in [("results", CFG, "percentiles")] + [
-    (_c.root, _c.cfg, f"companion_percentiles_{_c.name.replace('-', '_')}")
-    for _c in COMPANIONS_PRESENT
-]:
-    if _cfg.population is None:
-        continue
+# The percentile view of this run when it is a population run (households.population_sample;
+# docs/population.md): the trials table -> percentiles.parquet (weighted percentiles, change
+# against Cubic, seeded household bootstrap; latency_divide.analysis.population). A companion's
+# is made by rule companion_tables.
+if CFG.population is not None:
 
-    rule:
-        name:
-            _name
+    rule percentiles:
         input:
-            trials=table_files(_root)["trials"],
+            trials=TABLE_FILES["trials"],
         output:
-            **percentile_files(_root, _cfg),
+            **percentile_files(),
         params:
-            seed=_cfg.seed,
+            seed=CFG.seed,
         conda:
             "../envs/analysis.yaml"
         log:
-            f"logs/percentiles/{_name}.log",
+            "logs/percentiles/percentiles.log",
         script:
             "../workflow/scripts/percentiles.py"

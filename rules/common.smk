@@ -118,6 +118,11 @@ def timeseries_household(cfg=CFG):
     return int(chosen) if chosen is not None else None
 
 
+def companion_key(c):
+    """A companion's name as a Snakemake input/output name prefix (fast-links: fast_links)."""
+    return c.name.replace("-", "_")
+
+
 def companion_targets():
     """Tables and figures of every companion data set present (COMPANIONS_PRESENT below)."""
     return [t for c in COMPANIONS_PRESENT
@@ -127,8 +132,8 @@ def companion_targets():
 
 # Companion data sets (latency_divide.companions): other configs' published trials, analysed
 # into results/companions/<name>/ when all their trials are on disk (after `dvc pull`); never
-# measured by this run. rules/analysis.smk and rules/figures.smk define one job each per
-# companion present.
+# measured by this run. rules/analysis.smk and rules/figures.smk define one tables job and one
+# figures job for all companions present.
 COMPANIONS = load_companions(CFG.companions)
 COMPANIONS_PRESENT = []
 for _c in COMPANIONS:

@@ -26,27 +26,30 @@ rule figures:
 TARGET_FUNCTIONS.append(figure_targets)
 
 
-# One figures job per companion data set present (rules/common.smk, COMPANIONS_PRESENT).
-for _c in COMPANIONS_PRESENT:
+# One figures job for every companion data set present (rules/common.smk, COMPANIONS_PRESENT):
+# one Python start-up and one plotnine import for all. Inputs and outputs are named
+# <companion key>__<name>.
+if COMPANIONS_PRESENT:
 
-    rule:
-        name:
-            f"companion_figures_{_c.name.replace('-', '_')}"
+    rule companion_figures:
         input:
-            **table_files(_c.root),
-            **percentile_files(_c.root, _c.cfg),
+            **{f"{companion_key(_c)}__{k}": v for _c in COMPANIONS_PRESENT
+               for k, v in {**table_files(_c.root), **percentile_files(_c.root, _c.cfg)}.items()},
         output:
-            **figure_outputs(_c.root, _c.cfg, f"Companion {_c.name}"),
+            **{f"{companion_key(_c)}__{k}": v for _c in COMPANIONS_PRESENT
+               for k, v in figure_outputs(_c.root, _c.cfg, f"Companion {_c.name}").items()},
         params:
-            figures=figure_names(_c.cfg),
-            household=timeseries_household(_c.cfg),
-            household_order=[int(h) for h in _c.cfg.household_ids()],
+            companions=[{"key": companion_key(_c), "name": _c.name,
+                         "figures": figure_names(_c.cfg),
+                         "household": timeseries_household(_c.cfg),
+                         "household_order": [int(h) for h in _c.cfg.household_ids()]}
+                        for _c in COMPANIONS_PRESENT],
         conda:
             "../envs/analysis.yaml"
         log:
-            f"logs/companions/{_c.name}/figures.log",
+            "logs/companions/figures.log",
         script:
-            "../workflow/scripts/figures.py"
+            "../workflow/scripts/companion_figures.py"
 
 
 # `snakemake analysis`: tables and figures only (dvc.yaml's analysis stage runs this).
