@@ -94,3 +94,29 @@ def test_a_failed_tc_sample_is_skipped_not_fatal():
     assert df["drops"].tolist() == [0, 3]
     with pytest.raises(QueueParseError, match="line 1"):
         parse_queue(json.dumps({"t_unix": 1.0, "dev": "x", "qdisc": "oops"}) + "\n")
+
+
+def test_the_fast_path_reads_exactly_what_the_full_parse_reads(text, monkeypatch):
+    """Lines of the sampler's plain form are read from t_unix and the FIFO's own object only;
+    the result must be the full parse's, and anything else goes to the full parse."""
+    import pandas as pd
+
+    from latency_divide.parsers import queue
+
+    assert queue._fast_samples(text.split("\n"), "bfifo") is None  # spaced JSON: full parse
+    # as the sampler writes it (compact), the real samples take the fast path
+    text = "".join(json.dumps(json.loads(ln), separators=(",", ":")) + "\n"
+                   for ln in text.splitlines())
+    assert queue._fast_samples(text.split("\n"), "bfifo") is not None
+    fast = parse_queue(text)
+    with monkeypatch.context() as m:
+        m.setattr(queue, "_fast_samples", lambda lines, kind: None)
+        pd.testing.assert_frame_equal(fast, parse_queue(text))
+    lines = text.splitlines()
+    cut = "\n".join(lines) + "\n" + lines[0][: len(lines[0]) - 3]  # cut after the FIFO object
+    assert queue._fast_samples(cut.split("\n"), "bfifo") is None
+    pd.testing.assert_frame_equal(parse_queue(cut), fast)  # the cut line is left out
+    two = lines[0].replace("]}", f",{json.dumps(json.loads(lines[0])['qdisc'][-1])}]}}")
+    assert queue._fast_samples([two], "bfifo") is None
+    with pytest.raises(QueueParseError, match="line 1: 2 qdiscs of kind 'bfifo'"):
+        parse_queue(two + "\n")
