@@ -50,12 +50,12 @@ from latency_divide.trial import definition, rawio
 from latency_divide.trial.layout import (
     ARCHIVE,
     DEFINITION,
-    ID_PREFIX,
     META,
     REQUIRED_LOGS,
     TMP_PREFIX,
     is_id,
     parse_trial_path,
+    trial_dirs_under,
     trial_id,
 )
 from latency_divide.vocab import DIRECTIONS
@@ -293,11 +293,6 @@ def require_intact(trial_dirs: Iterable[Path | str], repo: Path | str | None = "
     found = check_trials(trial_dirs, repo)
     if found:
         raise DataIntegrityError(found)
-
-
-def trial_dirs_under(raw_root: Path | str) -> list[Path]:
-    """Every trial directory of the raw layout under ``raw_root``."""
-    return sorted(p.parent for p in Path(raw_root).glob(f"{ID_PREFIX}*/*/*/*/rep*/{META}"))
 
 
 def check_raw_tree(raw_root: Path | str = RAW, repo: Path | str = ".",

@@ -87,7 +87,7 @@ def _repack_args(p: argparse.ArgumentParser) -> None:
 
 
 def _repack(args) -> int:
-    from latency_divide.analysis.integrity import trial_dirs_under
+    from latency_divide.trial.layout import trial_dirs_under
     from latency_divide.ops.repack import REPACKED, check_repacked, repack_tree
 
     if not args.check:

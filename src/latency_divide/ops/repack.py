@@ -245,7 +245,7 @@ def repack_tree(raw_root: Path | str, *, dry_run: bool = False,
     """Repack every trial of formats 1-3 under ``raw_root`` (and finish any cut repack);
     return the trials and the problems (a trial that cannot be repacked is left as it is,
     named, and the others go on)."""
-    from latency_divide.analysis.integrity import trial_dirs_under
+    from latency_divide.trial.layout import trial_dirs_under
 
     todo = []
     for d in trial_dirs_under(raw_root):

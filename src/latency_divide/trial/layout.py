@@ -89,6 +89,11 @@ def trial_meta_path(raw_root: str | Path, definition_id: str, household: int, di
     return trial_path(raw_root, definition_id, household, direction, variant, rep) / META
 
 
+def trial_dirs_under(raw_root: Path | str) -> list[Path]:
+    """Every complete trial directory of the layout under ``raw_root`` (it has its meta.json)."""
+    return sorted(p.parent for p in Path(raw_root).glob(f"{ID_PREFIX}*/*/*/*/rep*/{META}"))
+
+
 def tmp_dir_prefix(repetition: int, pid: int) -> str:
     """The name prefix of a running trial's temporary directory (matches TMP_DIR)."""
     return f"{TMP_PREFIX}rep{repetition}-{pid}-"
