@@ -330,25 +330,24 @@ def _analysed(clone: Path, env) -> None:
 
 
 def _repack_archive(trial: Path, edit=lambda name, data: data, preset: int | None = None) -> None:
-    """Rewrite a trial's logs.tar.xz: each member through ``edit``; ``preset``: other xz
-    settings (other bytes, the same content)."""
-    import io
+    """Rewrite a trial's logs.tar.xz: each member through ``edit`` (packed by rawio.pack);
+    ``preset``: the same archive recompressed with other xz settings (other bytes, the same
+    content)."""
     import lzma
-    import tarfile
+    import tempfile
 
     from latency_divide.trial import rawio
 
-    members = rawio.members(trial)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in sorted(members.items()):
-            data = edit(name, data)
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
     archive = trial / "logs.tar.xz"
     archive.chmod(0o644)
-    archive.write_bytes(lzma.compress(buf.getvalue(), preset=preset if preset is not None else 6))
+    if preset is not None:
+        archive.write_bytes(lzma.compress(lzma.decompress(archive.read_bytes()), preset=preset))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in rawio.members(trial).items():
+            (Path(tmp) / name).write_bytes(edit(name, data))
+        rawio.pack(tmp)
+        archive.write_bytes((Path(tmp) / "logs.tar.xz").read_bytes())
 
 
 def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pulled):

@@ -35,12 +35,17 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def json_text(obj, *, indent: int | None = 2, sort_keys: bool = True) -> str:
+    """``obj`` as the JSON text :func:`write_json_atomic` writes (``indent=None``: compact, no
+    spaces; one newline at the end)."""
+    seps = (",", ":") if indent is None else None
+    return json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str, separators=seps) + "\n"
+
+
 def write_json_atomic(path: str | Path, obj, *, indent: int | None = 2,
                       sort_keys: bool = True) -> None:
     """``obj`` as JSON (temp file, then rename); ``indent=None``: compact, no spaces."""
-    seps = (",", ":") if indent is None else None
-    write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str,
-                                       separators=seps) + "\n")
+    write_text_atomic(path, json_text(obj, indent=indent, sort_keys=sort_keys))
 
 
 def sha256_file(path: Path | str) -> str:

@@ -16,7 +16,7 @@ and the trial it claims to be?
   meta.json recorded is the one the household and the definition's qfactor give, and
   ``capacity_kbps`` is its rate.
 
-Every finding names the trial directory and the file. :func:`require_intact` raises
+Every finding names the trial directory and the file. analysis.tables.build_tables raises
 :class:`DataIntegrityError` listing them all, with the ways to repair, so that the analysis
 stops before it writes anything. A trial that is intact but invalid by its own data (the tool
 failed, no transfer window) is not a finding here: the tables list it in exclusions.parquet.
@@ -287,12 +287,6 @@ def check_trials(trial_dirs: Iterable[Path | str], repo: Path | str | None = "."
     """Findings for every trial directory (against dvc.lock when ``repo`` has one)."""
     checker = Checker(repo)
     return [f for d in trial_dirs for f in checker.check(d)]
-
-
-def require_intact(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> None:
-    found = check_trials(trial_dirs, repo)
-    if found:
-        raise DataIntegrityError(found)
 
 
 def check_raw_tree(raw_root: Path | str = RAW, repo: Path | str = ".",

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latency_divide.errors import LatencyDivideError
-from latency_divide.fsio import write_json_atomic
+from latency_divide.fsio import json_text, write_json_atomic
 from latency_divide.trial import rawio
 from latency_divide.trial.layout import ARCHIVE, META, SETUP_JSON, SETUP_KEYS, tmp_dir_prefix
 
@@ -52,23 +51,13 @@ def _md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def _gzip(data: bytes) -> bytes:
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
-        gz.write(data)
-    return buf.getvalue()
-
-
 #: How formats 1-3 wrote meta.json (fsio.write_json_atomic): indented (formats 1 and 2) or
 #: compact (format 3), keys sorted, one newline at the end
 META_STYLES = {"indent2": 2, "compact": None}
 
 
 def _meta_bytes(meta: dict, style: str = "indent2") -> bytes:
-    indent = META_STYLES[style]
-    seps = (",", ":") if indent is None else None
-    return (json.dumps(meta, indent=indent, sort_keys=True, default=str, separators=seps)
-            + "\n").encode()
+    return json_text(meta, indent=META_STYLES[style]).encode()
 
 
 def needs_repack(d: Path | str) -> bool:
@@ -101,7 +90,7 @@ def original_files(d: Path | str) -> dict[str, bytes]:
         if name == META:
             out[name] = _meta_bytes(meta, record.get("meta_json", "indent2"))
         elif name.endswith(".gz"):
-            out[name] = _gzip(members[name[:-3]])
+            out[name] = rawio.gzip_bytes(members[name[:-3]])
         else:
             out[name] = members[name]
     return out
@@ -247,11 +236,7 @@ def repack_tree(raw_root: Path | str, *, dry_run: bool = False,
     named, and the others go on)."""
     from latency_divide.trial.layout import trial_dirs_under
 
-    todo = []
-    for d in trial_dirs_under(raw_root):
-        state = _state(d)
-        if state in ("old", "cut") or (state == "repacked" and _leftovers(d)):
-            todo.append(d)
+    todo = [d for d in trial_dirs_under(raw_root) if needs_repack(d)]
     problems = []
     for k, d in enumerate(todo, 1):
         if not dry_run:

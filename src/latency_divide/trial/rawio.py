@@ -20,7 +20,6 @@ import io
 import json
 import lzma
 import os
-import shutil
 import tarfile
 from pathlib import Path
 
@@ -111,6 +110,15 @@ def full_meta(trial_dir: Path | str) -> dict:
     return meta
 
 
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` gzip-compressed deterministically (level 9, no name, time 0): the same bytes
+    always give the same file, so DVC hashes stay stable (formats 2-3's ``.gz`` logs)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
 def compress_logs(trial_dir: Path | str, names=COMPRESSED_LOGS) -> None:
     """Format 3: replace each plain log by ``name.gz`` (deterministic: no name or mtime in the
     header, so the same log always gives the same bytes and DVC hashes stay stable)."""
@@ -121,9 +129,7 @@ def compress_logs(trial_dir: Path | str, names=COMPRESSED_LOGS) -> None:
             continue
         dst = d / f"{name}.gz"
         tmp = d / f".{name}.gz.tmp"
-        with open(src, "rb") as fin, open(tmp, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
-                shutil.copyfileobj(fin, gz)
+        tmp.write_bytes(gzip_bytes(src.read_bytes()))
         os.replace(tmp, dst)
         src.unlink()
 
