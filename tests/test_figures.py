@@ -130,3 +130,30 @@ def test_unknown_figure(built):
     root, _, _ = built
     with pytest.raises(figures.FigureError, match="unknown figure 'pie'"):
         figures.make_figure("pie", root / "tables")
+
+
+def test_box_stats_by_hand_and_as_plotnine_computes_them(built):
+    # by hand: 1..4 and 100; quartiles 2, 3, 4 (linear), IQR 2, upper fence 7 -> whisker at 4,
+    # 100 an outlier; a second group without outliers
+    d = pd.DataFrame({"g": ["a"] * 5 + ["b"] * 4, "y": [1, 2, 3, 4, 100, 5, 6, 7, 8]})
+    st, out = figures.box_stats(d, ["g"], "y")
+    a = st.set_index("g").loc["a"]
+    assert (a["n"], a["lower"], a["middle"], a["upper"], a["ymin"], a["ymax"]) == (
+        5, 2, 3, 4, 1, 4)
+    assert out.to_dict("list") == {"g": ["a"], "y": [100.0]}
+    b = st.set_index("g").loc["b"]
+    assert (b["lower"], b["middle"], b["upper"], b["ymin"], b["ymax"]) == (5.75, 6.5, 7.25, 5, 8)
+    # the same numbers as plotnine's own stat_boxplot over every sample of the fixtures' pings
+    from plotnine.stats.stat_boxplot import weighted_boxplot_stats
+    _, t, _ = built
+    ping = t.ping[t.ping["during_transfer"] & t.ping["self_delay_ms"].notna()]
+    st, out = figures.box_stats(ping, ["direction", "variant"], "self_delay_ms")
+    assert len(st) == ping.groupby(["direction", "variant"]).ngroups >= 2
+    n_out = 0
+    for _, row in st.iterrows():
+        v = ping[(ping["direction"] == row["direction"]) & (ping["variant"] == row["variant"])]
+        ref = weighted_boxplot_stats(v["self_delay_ms"].to_numpy())
+        assert [row[k] for k in ("lower", "middle", "upper", "ymin", "ymax")] == pytest.approx(
+            [ref["q1"], ref["med"], ref["q3"], ref["whislo"], ref["whishi"]])
+        n_out += len(ref["fliers"])
+    assert len(out) == n_out

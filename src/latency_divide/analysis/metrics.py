@@ -167,35 +167,36 @@ def trial_row(trial: Trial) -> dict:
     return row
 
 
-def _series(trial: Trial, base_rtt_ms: float) -> dict[str, pd.DataFrame]:
-    """Ping, queue and throughput series of one trial (no key columns), t_s from transfer start."""
+def _series(trial: Trial, base_rtt_ms: float) -> dict[str, dict[str, np.ndarray]]:
+    """Ping, queue and throughput series of one trial as columns (no key columns), t_s from
+    transfer start; analysis.tables concatenates them column by column (no frame per trial)."""
     start, end = trial.window
     p = trial.ping
     pt = p["t_unix"].to_numpy()
     rtt = p["rtt_ms"].to_numpy()
-    ping = pd.DataFrame({
+    ping = {
         "t_s": pt - start,
         "seq": p["seq"].to_numpy(),
         "rtt_ms": rtt,
         "self_delay_ms": rtt - base_rtt_ms,
         "during_transfer": (pt >= start) & (pt <= end),
-    })
+    }
     q = trial.queue
     qt = q["t_unix"].to_numpy()
-    queue = pd.DataFrame({
+    queue = {
         "t_s": qt - start,
         "backlog_bytes": q["backlog_bytes"].to_numpy(),
         "backlog_pkts": q["backlog_pkts"].to_numpy(),
         "drops": q["drops"].to_numpy(),
         "during_transfer": (qt >= start) & (qt <= end),
-    })
+    }
     iv = trial.intervals
     length = np.diff(iv["elapsed_s"].to_numpy(), prepend=0.0)
     nbytes = iv["bytes"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         kbps = np.where(length > 0, nbytes * 8.0 / length / 1000.0, np.nan)
-    tput = pd.DataFrame({"t_s": iv["t_unix"].to_numpy() - start, "interval_s": length,
-                         "bytes": nbytes, "goodput_kbps": kbps})
+    tput = {"t_s": iv["t_unix"].to_numpy() - start, "interval_s": length, "bytes": nbytes,
+            "goodput_kbps": kbps}
     return {"ping": ping, "queue": queue, "throughput": tput}
 
 

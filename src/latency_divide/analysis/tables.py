@@ -52,15 +52,17 @@ class NoValidTrials(LatencyDivideError):
     """None of the given trial directories could be used."""
 
 
-def _keyed(parts: list[tuple[dict, pd.DataFrame]], schema: pa.Schema) -> pd.DataFrame:
-    """Concatenate per-trial frames and prepend the key columns (one np.repeat per key)."""
+def _keyed(parts: list[tuple[dict, dict[str, np.ndarray]]], schema: pa.Schema) -> pd.DataFrame:
+    """One table from per-trial column arrays (metrics._series): each column concatenated
+    once, the key columns prepended (one np.repeat per key)."""
     if not parts:
         return _empty(schema)
-    lengths = np.array([len(df) for _, df in parts])
-    body = pd.concat([df for _, df in parts], ignore_index=True)
-    keys = {k: np.repeat(np.array([kv[k] for kv, _ in parts]), lengths) for k in KEYS}
-    out = pd.concat([pd.DataFrame(keys), body], axis=1)
-    return out[schema.names]
+    lengths = np.array([len(next(iter(cols.values()))) for _, cols in parts])
+    data = {k: np.repeat(np.array([kv[k] for kv, _ in parts]), lengths) for k in KEYS}
+    for name in schema.names:
+        if name not in data:
+            data[name] = np.concatenate([cols[name] for _, cols in parts])
+    return pd.DataFrame(data, columns=schema.names)
 
 
 @dataclass
