@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -89,9 +90,24 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
 def _trial_hashes(path: str) -> dict[str, str]:
     """hash_dir of a trial directory, computed once per process while its files are unchanged
     (a figures job writes several sidecars over the same trials)."""
-    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns)
-                  for f in sorted(Path(path).rglob("*")) if f.is_file())
-    return dict(_cached_hashes(str(path), stamp))
+    return dict(_cached_hashes(str(path), _stamp(str(path))))
+
+
+def _stamp(path: str) -> tuple:
+    """(relative name, size, mtime) of every regular file under ``path``, sorted: one stat a
+    file (os.scandir), several times cheaper than Path.rglob with two stats a file."""
+    out = []
+    todo = [("", path)]
+    while todo:
+        rel, d = todo.pop()
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    todo.append((f"{rel}{e.name}/", e.path))
+                elif e.is_file():
+                    st = e.stat()
+                    out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,19 +37,25 @@ def run_start(path: Path) -> float | None:
 
 @dataclass
 class Progress:
-    k: int            # this trial's number (done + 1)
+    k: int            # this trial's number (done + running + 1)
     n: int            # all trials of the sweep
     done_this_run: int
     elapsed_s: float | None
     eta_s: float | None
+    done: int = 0     # trials complete on disk
+    running: int = 0  # trials running beside this one
 
     def line(self, what: str) -> str:
-        return (f"[latency-divide] trial {self.k} of {self.n} ({what}); elapsed "
-                f"{fmt_duration(self.elapsed_s)}, ETA {fmt_duration(self.eta_s)}")
+        running = f", {self.running} running" if self.running else ""
+        return (f"[latency-divide] trial {self.k} of {self.n} ({what}); {self.done} done"
+                f"{running}; elapsed {fmt_duration(self.elapsed_s)}, ETA "
+                f"{fmt_duration(self.eta_s)}")
 
 
 def progress(expected_metas: list[str | Path], start_file: Path | None, per_trial_s: float,
-             parallel: int = 1, now: float | None = None) -> Progress:
+             parallel: int = 1, now: float | None = None, running: int = 0) -> Progress:
+    """Progress of the trial starting now; ``running``: trials running beside it (so trials
+    that start together get numbers of their own)."""
     now = time.time() if now is None else now
     start = run_start(start_file) if start_file else None
     done = 0
@@ -71,7 +77,7 @@ def progress(expected_metas: list[str | Path], start_file: Path | None, per_tria
         eta = remaining / rate
     else:
         eta = remaining * per_trial_s / max(1, parallel)
-    return Progress(min(done + 1, n), n, done_this_run, elapsed, eta)
+    return Progress(min(done + running + 1, n), n, done_this_run, elapsed, eta, done, running)
 
 
 def health_report(metas: list[str | Path], start_file: Path | None = None) -> list[str]:

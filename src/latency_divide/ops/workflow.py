@@ -66,8 +66,9 @@ def _trial_job(smk, log) -> None:
                          "measured only by the config that defines it")
     expected = [trial_meta_path(raw_root, *t) for t in trial_ids(cfg)]
     # before the first trial of the run ends, trials running now stand in for the parallelism
-    say(progress(expected, RUN_START, nominal_trial_s(cfg),
-                 parallel=live_topologies() + 1).line(f"{wanted}/{spec.trial_id}"))
+    running = live_topologies()
+    say(progress(expected, RUN_START, nominal_trial_s(cfg), parallel=running + 1,
+                 running=running).line(f"{wanted}/{spec.trial_id}"))
     try:
         with open_testbed(cfg.testbed.kind, cfg.testbed.inventory, any_free_slice=True,
                           log=say) as testbed:

@@ -1,0 +1,32 @@
+"""Progress lines of a sweep (ops.progress): trial k of N, what is done and running, ETA."""
+
+import os
+import time
+
+from latency_divide.ops.progress import mark_run_start, progress
+
+
+def test_trials_starting_together_get_numbers_of_their_own(tmp_path):
+    metas = [tmp_path / f"t{i}" / "meta.json" for i in range(10)]
+    start = tmp_path / "run-start.json"
+    mark_run_start(start)
+    t0 = time.time()
+    for m in metas[:4]:  # 4 trials done in this run, 100 s after its start
+        m.parent.mkdir()
+        m.write_text("{}")
+        os.utime(m, (t0 + 100, t0 + 100))
+    # three trials start at once: 0, 1 and 2 others already running
+    got = [progress(metas, start, 60.0, parallel=r + 1, running=r, now=t0 + 100)
+           for r in range(3)]
+    assert [p.k for p in got] == [5, 6, 7]
+    assert all(p.done == 4 and p.n == 10 for p in got)
+    # the ETA is the observed rate: 4 trials in 100 s, 6 left -> 150 s
+    assert abs(got[0].eta_s - 150) < 2
+    line = got[2].line("def-x/1/uplink/cubic/rep1")
+    assert line.startswith("[latency-divide] trial 7 of 10 (def-x/1/uplink/cubic/rep1); 4 done, "
+                           "2 running; elapsed 00:01:4")
+    assert "ETA 00:02:3" in line
+    # k never passes N, and the first line of a run has no rate yet: the nominal length
+    assert progress(metas, start, 60.0, parallel=10, running=9, now=t0 + 100).k == 10
+    first = progress(metas[4:], start, 60.0, parallel=2, running=1, now=t0 + 1)
+    assert first.done == 0 and first.eta_s == 6 * 60.0 / 2
