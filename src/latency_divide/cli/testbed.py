@@ -87,6 +87,9 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default=str(RAW),
                    help="raw results directory whose abandoned temporary trial directories "
                    "are removed (default results/raw)")
+    p.add_argument("--snakemake-dir", default=".snakemake",
+                   help="Snakemake's directory whose stale 'incomplete' marks on complete "
+                   "trials are removed (default .snakemake)")
 
 
 def _clean(args) -> int:
@@ -95,6 +98,9 @@ def _clean(args) -> int:
 
     rep = clean(force=args.force)
     rep.tmp_removed = clean_tmp_dirs(Path(args.results), args.force)
+    from latency_divide.ops.smkmarks import clear_trial_marks
+
+    marks = clear_trial_marks(args.snakemake_dir, Path(args.snakemake_dir).resolve().parent)
     for ns in rep.removed:
         print(f"removed namespace {ns}")
     for ns in rep.in_use:
@@ -103,7 +109,9 @@ def _clean(args) -> int:
         print(f"removed stale owner record {r}")
     for d in rep.tmp_removed:
         print(f"removed abandoned temporary trial directory {d}")
-    if not (rep.removed or rep.in_use or rep.records_removed or rep.tmp_removed):
+    for m in marks:
+        print(f"removed Snakemake's stale 'incomplete' mark of the complete trial {m}")
+    if not (rep.removed or rep.in_use or rep.records_removed or rep.tmp_removed or marks):
         print("nothing to clean")
     for e in rep.errors:
         print(f"error: {e}", file=sys.stderr)

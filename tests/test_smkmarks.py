@@ -1,0 +1,113 @@
+"""`latency-divide clean` removes Snakemake's stale "incomplete" marks of complete trials
+(ops.smkmarks): a real Snakemake is killed while a trial runs, the trial finishes on its own,
+and the next run would stop on the mark until `clean` removes it."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from base64 import urlsafe_b64encode
+
+import pytest
+import yaml
+from conftest import VENV_BIN
+from test_trial_netns import _config, _kill_tree, _workflow_copy
+
+from latency_divide.config import load_config
+from latency_divide.ops.smkmarks import clear_trial_marks
+from latency_divide.trial.layout import trial_meta_path
+from latency_divide.trial.sweep import trial_ids
+
+pytestmark = pytest.mark.netns
+
+
+def test_marks_of_other_outputs_and_of_missing_trials_are_kept(tmp_path):
+    inc = tmp_path / ".snakemake" / "incomplete"
+    inc.mkdir(parents=True)
+    done = tmp_path / "results/raw/def-0123456789/1290/uplink/cubic/rep1/meta.json"
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    missing = "results/raw/def-0123456789/1290/downlink/cubic/rep1/meta.json"
+    cut = "results/raw/def-0123456789/1290/uplink/bbr/rep1/meta.json"  # not JSON: kept
+    (tmp_path / cut).parent.mkdir(parents=True)
+    (tmp_path / cut).write_text('{"trial"')
+    names = {}
+    for out in (str(done.relative_to(tmp_path)), missing, cut, "results/tables/trials.parquet"):
+        (tmp_path / out).parent.mkdir(parents=True, exist_ok=True)
+        if out.endswith(".parquet"):
+            (tmp_path / out).write_text("x")
+        names[out] = urlsafe_b64encode(out.encode()).decode()
+        (inc / names[out]).write_text("{}")
+    # a long path: Snakemake splits its name into "@"-prefixed directory levels
+    long_b64 = names[str(done.relative_to(tmp_path))]
+    (inc / f"@{long_b64[:20]}").mkdir()
+    (inc / f"@{long_b64[:20]}" / long_b64[20:]).write_text("{}")
+    (inc / "migration_underway").write_text("")
+    got = clear_trial_marks(tmp_path / ".snakemake", tmp_path)
+    assert got == [str(done.relative_to(tmp_path))] * 2
+    left = sorted(p.name for p in inc.rglob("*") if p.is_file())
+    assert left == sorted([names[missing], names[cut], names["results/tables/trials.parquet"],
+                           "migration_underway"])
+    assert clear_trial_marks(tmp_path / ".snakemake", tmp_path) == []
+    assert clear_trial_marks(tmp_path / "nowhere", tmp_path) == []
+
+
+def test_clean_clears_the_mark_of_a_trial_finished_after_snakemake_died(tmp_path):
+    wf = _workflow_copy(tmp_path)
+    cfg = _config(wf, duration_s=4, idle_s=1)
+    hh = yaml.safe_load(cfg.read_text())["households"]["buckets"][0]["ids"][0]
+    metas = [trial_meta_path(wf / "results" / "raw", *t)
+             for t in trial_ids(load_config(str(cfg))) if t[1] == hh and t[3] == "cubic"]
+    cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--resources", "host_load=1",
+           "--configfile", str(cfg)]
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    # the pipe stays open (this process holds it), so the orphaned job can still write to it
+    proc = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        # one trial done (every other job before it too), the other under way
+        while not any(m.exists() for m in metas):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "first trial did not finish in 120 s"
+            time.sleep(0.2)
+        running = next(m for m in metas if not m.exists())
+        while not list(running.parent.parent.glob(".ld-tmp-*")):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "second trial did not start"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)  # Snakemake only: its trial job runs on and ends
+        proc.wait()
+        while not running.exists():
+            assert time.monotonic() < deadline + 60, "the orphaned trial did not finish"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc.pid)
+            proc.wait()
+    # wait for the orphaned job to leave (its namespaces are its own to remove)
+    deadline = time.monotonic() + 60
+    while (any(list(m.parent.parent.glob(".ld-tmp-*")) for m in metas)
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
+    rel = str(running.relative_to(wf))
+    dry = [str(VENV_BIN / "snakemake"), "all", "-n", "--cores", "1", "--configfile", str(cfg)]
+    subprocess.run([str(VENV_BIN / "snakemake"), "--unlock", "--cores", "1", "--configfile",
+                    str(cfg)], cwd=wf, env=env, check=True, capture_output=True)
+    stuck = subprocess.run(dry, cwd=wf, env=env, capture_output=True, text=True)
+    assert stuck.returncode != 0 and "incomplete" in (stuck.stdout + stuck.stderr).lower()
+
+    out = subprocess.run([str(VENV_BIN / "latency-divide"), "clean"], cwd=wf, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"stale 'incomplete' mark of the complete trial {rel}" in out.stdout
+    again = subprocess.run([str(VENV_BIN / "latency-divide"), "clean"], cwd=wf, env=env,
+                           capture_output=True, text=True)
+    assert "mark" not in again.stdout
+    # the next run measures no trial: both are complete (the mark was the only obstacle)
+    res = subprocess.run(dry, cwd=wf, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert all(m.exists() for m in metas)
+    assert re.search(r"^analysis_tables\s+1$", res.stdout, re.M), res.stdout
+    assert not re.search(r"^trial\s+\d+$", res.stdout, re.M), res.stdout
