@@ -143,6 +143,13 @@ def test_box_stats_by_hand_and_as_plotnine_computes_them(built):
     assert out.to_dict("list") == {"g": ["a"], "y": [100.0]}
     b = st.set_index("g").loc["b"]
     assert (b["lower"], b["middle"], b["upper"], b["ymin"], b["ymax"]) == (5.75, 6.5, 7.25, 5, 8)
+    # a quartile in a gap: the whisker stops at the box (q1 = 75), 0 is an outlier; NaN and a
+    # group of NaN only are left out
+    gap = pd.DataFrame({"g": ["c"] * 5 + ["d"], "y": [0, 100, 100, 100, np.nan, np.nan]})
+    st, out = figures.box_stats(gap, ["g"], "y")
+    c = st.set_index("g").loc["c"]
+    assert list(st["g"]) == ["c"] and (c["n"], c["lower"], c["ymin"], c["ymax"]) == (4, 75, 75, 100)
+    assert out["y"].tolist() == [0.0]
     # the same numbers as plotnine's own stat_boxplot over every sample of the fixtures' pings
     from plotnine.stats.stat_boxplot import weighted_boxplot_stats
     _, t, _ = built

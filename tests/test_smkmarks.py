@@ -19,9 +19,6 @@ from latency_divide.ops.smkmarks import clear_trial_marks
 from latency_divide.trial.layout import trial_meta_path
 from latency_divide.trial.sweep import trial_ids
 
-pytestmark = pytest.mark.netns
-
-
 def test_marks_of_other_outputs_and_of_missing_trials_are_kept(tmp_path):
     inc = tmp_path / ".snakemake" / "incomplete"
     inc.mkdir(parents=True)
@@ -44,15 +41,17 @@ def test_marks_of_other_outputs_and_of_missing_trials_are_kept(tmp_path):
     (inc / f"@{long_b64[:20]}").mkdir()
     (inc / f"@{long_b64[:20]}" / long_b64[20:]).write_text("{}")
     (inc / "migration_underway").write_text("")
+    (inc / (long_b64[:8] + "!" + long_b64[8:])).write_text("{}")  # not Snakemake's encoding
     got = clear_trial_marks(tmp_path / ".snakemake", tmp_path)
     assert got == [str(done.relative_to(tmp_path))] * 2
     left = sorted(p.name for p in inc.rglob("*") if p.is_file())
     assert left == sorted([names[missing], names[cut], names["results/tables/trials.parquet"],
-                           "migration_underway"])
+                           "migration_underway", long_b64[:8] + "!" + long_b64[8:]])
     assert clear_trial_marks(tmp_path / ".snakemake", tmp_path) == []
     assert clear_trial_marks(tmp_path / "nowhere", tmp_path) == []
 
 
+@pytest.mark.netns
 def test_clean_clears_the_mark_of_a_trial_finished_after_snakemake_died(tmp_path):
     wf = _workflow_copy(tmp_path)
     cfg = _config(wf, duration_s=4, idle_s=1)

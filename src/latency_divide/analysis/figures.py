@@ -108,15 +108,19 @@ def box_stats(d: pd.DataFrame, by: Sequence[str], y: str,
               coef: float = 1.5) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tukey box statistics of ``y`` per group of ``by``, as plotnine's stat_boxplot computes
     them (linear-interpolated quartiles; whiskers at the furthest observation within ``coef``
-    IQR of the box): one row per group with n, lower, middle, upper, ymin, ymax, and the
-    outlying rows (``by`` + ``y``). Drawing the boxes from these few rows is the same figure as
-    geom_boxplot over every sample, without passing every sample through the facet mapping."""
+    IQR of the box, never inside the box): one row per group with n, lower, middle, upper,
+    ymin, ymax, and the outlying rows (``by`` + ``y``). NaN values are left out, and a group
+    without values. Drawing the boxes from these few rows is the same figure as geom_boxplot
+    over every sample, without passing every sample through the facet mapping."""
     rows, outl = [], []
     for key, s in d.groupby(list(by), observed=True, sort=True)[y]:
         v = s.to_numpy(dtype="float64")
+        v = v[~np.isnan(v)]
+        if not len(v):
+            continue
         q1, med, q3 = np.percentile(v, [25, 50, 75])
         lo_b, hi_b = q1 - coef * (q3 - q1), q3 + coef * (q3 - q1)
-        lo, hi = v[v >= lo_b].min(), v[v <= hi_b].max()
+        lo, hi = min(v[v >= lo_b].min(), q1), max(v[v <= hi_b].max(), q3)
         rows.append((*key, len(v), q1, med, q3, lo, hi))
         far = v[(v < lo) | (v > hi)]
         outl.append(pd.DataFrame({**{b: [k] * len(far) for b, k in zip(by, key)}, y: far}))
@@ -150,8 +154,9 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
     buckets = trials[["household_id", "price_bucket"]].drop_duplicates("household_id")
     d = d[["household_id", "direction", "variant", "self_delay_ms"]].merge(
         buckets, on="household_id", how="inner")
-    variants = variant_order(trials)
     stats, outliers = box_stats(d, ["direction", "price_bucket", "variant"], "self_delay_ms")
+    # the variants with samples, in order (a discrete scale would drop the others too)
+    variants = [v for v in variant_order(trials) if v in set(stats["variant"])]
     for f in (stats, outliers):  # variant slots 1..k on a continuous x (as a discrete scale)
         f["x"] = f["variant"].map({v: i for i, v in enumerate(variants, start=1)}).astype(float)
     stats = stats.assign(x0=stats["x"] - 0.35, x1=stats["x"] + 0.35)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -100,7 +101,8 @@ def _clean(args) -> int:
     rep.tmp_removed = clean_tmp_dirs(Path(args.results), args.force)
     from latency_divide.ops.smkmarks import clear_trial_marks
 
-    marks = clear_trial_marks(args.snakemake_dir, Path(args.snakemake_dir).resolve().parent)
+    smk = Path(os.path.abspath(args.snakemake_dir))  # not resolved: the run's own directory
+    marks = clear_trial_marks(smk, smk.parent)
     for ns in rep.removed:
         print(f"removed namespace {ns}")
     for ns in rep.in_use:

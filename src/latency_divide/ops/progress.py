@@ -54,8 +54,11 @@ class Progress:
 
 def progress(expected_metas: list[str | Path], start_file: Path | None, per_trial_s: float,
              parallel: int = 1, now: float | None = None, running: int = 0) -> Progress:
-    """Progress of the trial starting now; ``running``: trials running beside it (so trials
-    that start together get numbers of their own)."""
+    """Progress of the trial starting now; ``running``: trials running beside it, as far as
+    their topologies are up (ops.workflow counts them), so that a trial starting while others
+    run is numbered after them. Trials that start in the same instant can still share a
+    number, and one whose topology is still coming down after its meta.json is counted twice:
+    k is approximate, done and the ETA are not."""
     now = time.time() if now is None else now
     start = run_start(start_file) if start_file else None
     done = 0

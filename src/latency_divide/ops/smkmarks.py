@@ -6,8 +6,9 @@ A Snakemake that is killed (or that hangs after SIGTERM and is then killed, docs
 stops with IncompleteFilesException. A trial directory appears only complete (its meta.json is
 renamed into place last, trial.run), so a mark on a trial meta.json that exists and reads as a
 JSON object is stale: :func:`clear_trial_marks` removes exactly those marks (``latency-divide
-clean``), as ``snakemake --cleanup-metadata <meta.json>`` would, and never a mark of anything
-else, nor of a trial that is not on disk (``--rerun-incomplete`` would measure those again).
+clean``; ``snakemake --cleanup-metadata <meta.json>`` removes them too, with the trial's
+metadata record), and never a mark of anything else, nor of a trial that is not on disk
+(``--rerun-incomplete`` would measure those again).
 
 A mark is a file under ``<snakemake dir>/incomplete/`` named by the output path in URL-safe
 base64, split into directory levels of at most NAME_MAX - 1 characters, each but the last
@@ -19,7 +20,7 @@ from __future__ import annotations
 import binascii
 import json
 import os
-from base64 import urlsafe_b64decode
+from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
 from latency_divide.trial.layout import META, parse_trial_path
@@ -32,9 +33,11 @@ def _decode(rel: Path) -> str | None:
         return None
     b64 = "".join(p[1:] for p in parts[:-1]) + parts[-1]
     try:
-        return urlsafe_b64decode(b64.encode()).decode()
+        out = urlsafe_b64decode(b64.encode()).decode()
     except (binascii.Error, ValueError, UnicodeDecodeError):
         return None
+    # exactly Snakemake's encoding (the decoder skips characters outside the alphabet)
+    return out if urlsafe_b64encode(out.encode()).decode() == b64 else None
 
 
 def _complete_trial(output: str, base: Path) -> bool:
