@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -98,14 +100,18 @@ def main() -> int:
             if re.search(r"^\s*trial\s+\d+", log, re.M):
                 sys.exit("the run scheduled trials: re-analysis is broken")
             n = len(list((clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")))
+            # the trials the tables jobs parsed: a companion not complete on disk is left out
+            parsed = sum(pq.read_metadata(t).num_rows
+                         for t in (clone / "results").glob("**/tables/trials.parquet"))
             rules = rule_times(log)
             per_rule = ", ".join(f"{k} {v:.0f} s" for k, v in rules.items())
             split = {kind: sum(v for k, v in rules.items() if kind in k)
                      for kind in ("tables", "figures", "percentiles")}
-            print(f"run {i}: {n} trials; dvc pull {t_pull:.1f} s, snakemake --cores 1 all "
-                  f"{t_all:.1f} s, total {t_pull + t_all:.1f} s", flush=True)
+            print(f"run {i}: {n} trials on disk, {parsed} analysed; dvc pull {t_pull:.1f} s, "
+                  f"snakemake --cores 1 all {t_all:.1f} s, total {t_pull + t_all:.1f} s",
+                  flush=True)
             print(f"  split: DAG (dry run) {t_dag:.1f} s, tables {split['tables']:.0f} s "
-                  f"({1000 * split['tables'] / max(n, 1):.1f} ms a trial), figures "
+                  f"({1000 * split['tables'] / max(parsed, 1):.1f} ms a trial analysed), figures "
                   f"{split['figures']:.0f} s, percentiles {split['percentiles']:.0f} s", flush=True)
             print(f"  per rule: {per_rule}", flush=True)
             figs = sorted(figure_times(clone), key=lambda x: -x[1])
