@@ -37,14 +37,14 @@ HOUSEHOLDS = {"0-30": [11406, 13570, 7884, 797760, 13013],
 #: self-delay 6.6 to 10.2 ms, against a bound of 1.5 ms (README "Emulation health"). 797760
 #: downlink (the same link class, no slow-start loss alone or in any sweep) stands for it.
 ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink"), (27337, "uplink")]
-#: At this test's scale the tool ends' mean wait per wake-up was 47-51 µs at most with them at
-#: real-time priority, and 86-106 µs with them under the normal scheduler as before the fix
-#: (where the full sweep's crowding took it to 219-283 µs and bent Copa): a guard between the
-#: two catches a return of the old scheduling before it is crowded enough to fail a verdict.
-# On 2026-11-25's machine the real-time tool ends reached 76-80 µs in this test (all verdicts
-# passing, the same code that gave 47-51 µs before): the guard sits at 85 µs, still below the
-# normal scheduler's 86-106 µs.
-WAKEUP_GUARD_US = 85.0
+#: The fix runs the tool ends at real-time priority (SCHED_FIFO, trial.spec tool_rt_priority);
+#: under the normal scheduler, as before it, their mean wait per wake-up was 86-106 µs at this
+#: test's scale (the full sweep's crowding took it to 219-283 µs and bent Copa). A guard on
+#: that wait (85 µs) stood for "the old scheduling is back", but the real-time ends measured
+#: 47-51 µs, 76-80 µs and, on a slower day of this shared VM (2026-11-26), 92-123 µs: the host
+#: moves it as much as the scheduling does. So the test checks the scheduling itself: every
+#: trial's tool ends ran at the priority asked (meta.json tool.rt_priority), and the wait per
+#: wake-up stays within the verdict's own bound (trial.health.BOUNDS).
 DURATION, IDLE = 20, 3
 
 
@@ -73,13 +73,16 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
     assert max(concurrency) >= 25, f"the sweep ran {max(concurrency)} at most at once"
 
     unhealthy = []
-    slow_wakeups = []
+    slow_wakeups = []  # tool ends not at the real-time priority asked
     swept = {}
     for m in metas:
         meta = json.loads(m.read_text())
         h = meta["health"]
-        if h["tool_wait_per_slice_us"] > WAKEUP_GUARD_US:
-            slow_wakeups.append(f"{m.parent}: {h['tool_wait_per_slice_us']} µs")
+        tool = meta["tool"]
+        if not tool["rt_priority"] or tool["rt_priority"] != tool["rt_priority_asked"]:
+            slow_wakeups.append(f"{m.parent}: tool ends at priority {tool['rt_priority']}, "
+                                f"asked {tool['rt_priority_asked']} "
+                                f"({tool.get('rt_refused', 'no reason recorded')})")
         assert h["tool_wait_ms_per_s"] is not None and h["delayline_late_p99_us"] is not None
         assert h["unchecked"] == []
         if h["verdict"] != "pass":
