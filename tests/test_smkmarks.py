@@ -10,14 +10,11 @@ import time
 from base64 import urlsafe_b64encode
 
 import pytest
-import yaml
 from conftest import VENV_BIN
-from test_trial_netns import _config, _kill_tree, _workflow_copy
+from test_trial_netns import _kill_tree, _run_until_second_trial
 
-from latency_divide.config import load_config
 from latency_divide.ops.smkmarks import clear_trial_marks
-from latency_divide.trial.layout import trial_meta_path
-from latency_divide.trial.sweep import trial_ids
+
 
 def test_marks_of_other_outputs_and_of_missing_trials_are_kept(tmp_path):
     inc = tmp_path / ".snakemake" / "incomplete"
@@ -53,33 +50,14 @@ def test_marks_of_other_outputs_and_of_missing_trials_are_kept(tmp_path):
 
 @pytest.mark.netns
 def test_clean_clears_the_mark_of_a_trial_finished_after_snakemake_died(tmp_path):
-    wf = _workflow_copy(tmp_path)
-    cfg = _config(wf, duration_s=4, idle_s=1)
-    hh = yaml.safe_load(cfg.read_text())["households"]["buckets"][0]["ids"][0]
-    metas = [trial_meta_path(wf / "results" / "raw", *t)
-             for t in trial_ids(load_config(str(cfg))) if t[1] == hh and t[3] == "cubic"]
-    cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--resources", "host_load=1",
-           "--configfile", str(cfg)]
-    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
-    # the pipe stays open (this process holds it), so the orphaned job can still write to it
-    proc = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    r = _run_until_second_trial(tmp_path)
+    wf, cfg, metas, env, proc, running = r.wf, r.cfg, r.metas, r.env, r.proc, r.second
     try:
-        deadline = time.monotonic() + 120
-        # one trial done (every other job before it too), the other under way
-        while not any(m.exists() for m in metas):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "first trial did not finish in 120 s"
-            time.sleep(0.2)
-        running = next(m for m in metas if not m.exists())
-        while not list(running.parent.parent.glob(".ld-tmp-*")):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "second trial did not start"
-            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)  # Snakemake only: its trial job runs on and ends
         proc.wait()
+        deadline = time.monotonic() + 120
         while not running.exists():
-            assert time.monotonic() < deadline + 60, "the orphaned trial did not finish"
+            assert time.monotonic() < deadline, "the orphaned trial did not finish"
             time.sleep(0.2)
     finally:
         if proc.poll() is None:

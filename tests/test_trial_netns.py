@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -231,16 +232,28 @@ def _kill_tree(pid: int) -> None:
         time.sleep(0.05)
 
 
-def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
+class TwoTrialRun(NamedTuple):
+    wf: Path
+    cfg: Path
+    metas: list
+    cmd: list
+    env: dict
+    proc: subprocess.Popen
+    first: Path   # complete
+    second: Path  # under way
+
+
+def _run_until_second_trial(tmp_path: Path) -> TwoTrialRun:
+    """`snakemake all` of one household's two Cubic trials (4 s each), one at a time (a budget
+    smaller than any trial's host_load admits one), returned once the first trial is complete
+    and the second under way. The caller kills the run (or its Snakemake) and must reap it.
+    Its output pipe stays open while the caller holds ``proc``, so orphaned jobs can write."""
     wf = _workflow_copy(tmp_path)
     cfg = _config(wf, duration_s=4, idle_s=1)
     hh = yaml.safe_load(cfg.read_text())["households"]["buckets"][0]["ids"][0]
-    run = load_config(str(cfg))
-    metas = [trial_meta_path(wf / "results" / "raw", *t) for t in trial_ids(run)
+    metas = [trial_meta_path(wf / "results" / "raw", *t) for t in trial_ids(load_config(str(cfg)))
              if t[1] == hh and t[3] == "cubic"]
     assert [m.parts[-4] for m in metas] == ["uplink", "downlink"]
-    # one trial at a time (a budget smaller than any trial's host_load admits one), so that
-    # the run can be killed with one trial done and the other under way
     cmd = [str(VENV_BIN / "snakemake"), "all", "--cores", "1", "--resources", "host_load=1",
            "--configfile", str(cfg)]
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
@@ -258,6 +271,17 @@ def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
             assert proc.poll() is None, proc.stdout.read()
             assert time.monotonic() < deadline, "second trial did not start"
             time.sleep(0.05)
+    except BaseException:
+        _kill_tree(proc.pid)
+        proc.wait()
+        raise
+    return TwoTrialRun(wf, cfg, metas, cmd, env, proc, first, second)
+
+
+def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
+    r = _run_until_second_trial(tmp_path)
+    wf, cfg, cmd, env, proc, first, second = r.wf, r.cfg, r.cmd, r.env, r.proc, r.first, r.second
+    try:
         time.sleep(2.0)
         _kill_tree(proc.pid)   # the worst case (power cut, OOM kill): no handler runs
         proc.wait()
