@@ -163,9 +163,9 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
     whiskers = pd.concat([stats.assign(y0=stats["ymin"], y1=stats["lower"]),
                           stats.assign(y0=stats["upper"], y1=stats["ymax"])], ignore_index=True)
     frames = {"stats": stats, "outliers": outliers, "whiskers": whiskers}
-    buckets = bucket_order(stats["price_bucket"].unique())
+    levels = bucket_order(stats["price_bucket"].unique())
     for k, f in frames.items():
-        frames[k] = _cat(_cat(f, "variant", variants), "price_bucket", buckets)
+        frames[k] = _cat(_cat(f, "variant", variants), "price_bucket", levels)
     grey = "#333333"  # geom_boxplot's line colour
     return (
         ggplot(frames["stats"])
