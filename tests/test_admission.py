@@ -3,6 +3,8 @@ workflow profile and src/snakemake_executor_plugin_ldlocal)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -142,3 +144,36 @@ def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
         assert peak == most, (executor, bool(head), peak)
         subprocess.run(["rm", "-rf", str(tmp_path / "o"), str(tmp_path / ".snakemake")],
                        check=True)
+
+
+def test_a_link_beyond_this_host_runs_alone_once_and_says_why():
+    """The population's 236.5 Mbit/s downlink (household 657938) needs more real-time work
+    than 2 cores hold: it asks for the whole host (the default budget then runs it alone),
+    is measured once, not retried, and the warning names the rate and the cores it needs. A
+    64 Mbit/s link fits beside others and keeps its retries; on 8 cores both fit."""
+    from latency_divide.config import Variant, ToolSettings
+    from latency_divide.trial.spec import TrialSpec
+
+    unbound = 16 << 20
+    huge, fast = link_plan(3000, 236500, 14.5), link_plan(6000, 64046, 20.1)
+    why = admission.beyond_host(huge, "downlink", unbound, cpu_count=2)
+    assert why is not None and "236.5 Mbit/s" in why and "2 core(s)" in why
+    assert re.search(r"host with (\d+) or more cores", why).group(1) == "3"
+    assert admission.beyond_host(huge, "uplink", unbound, cpu_count=2) is None
+    assert admission.beyond_host(fast, "downlink", unbound, cpu_count=2) is None
+    assert admission.beyond_host(huge, "downlink", unbound, cpu_count=8) is None
+    assert admission.beyond_host(huge, "downlink", unbound, testbed="ssh", cpu_count=2) is None
+    assert admission.trial_host_load(huge, "downlink", unbound, cpu_count=2) == 1000
+    assert admission.trial_host_load(fast, "downlink", unbound, cpu_count=2) < 500
+
+    said = []
+    hh = get_household(657938)
+    spec = TrialSpec(household=hh, direction="downlink", variant=Variant(name="cubic", cc="cubic"),
+                     tool=ToolSettings(name="tquic-perf", path=None, window_bytes=unbound))
+    if make_linkplan(hh).shaper("downlink").rate_kbit / 1000 * admission.RT_CORES_PER_MBIT \
+            <= admission.RT_HOST_SHARE * (os.cpu_count() or 1):
+        pytest.skip("this host has the cores for household 657938's downlink")
+    assert admission.retries_for(spec, 2, "local", log=said.append) == 0
+    assert len(said) == 1 and "measured once, not retried" in said[0] and "657938" in said[0]
+    up = dataclasses.replace(spec, direction="uplink")
+    assert admission.retries_for(up, 2, "local", log=said.append) == 2 and len(said) == 1

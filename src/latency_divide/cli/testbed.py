@@ -49,6 +49,7 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
 def _trial(args) -> int:
     from latency_divide.config import ToolSettings, Variant
     from latency_divide.data.households import get_household
+    from latency_divide.ops.admission import retries_for
     from latency_divide.testbed.runners import interrupt_on_sigterm
     from latency_divide.trial.run import run_trial_with_retries
     from latency_divide.trial.spec import TrialSpec
@@ -76,8 +77,9 @@ def _trial(args) -> int:
     from latency_divide.testbed.factory import open_testbed
 
     with open_testbed(inventory=args.inventory, slice_name=args.slice) as testbed:
-        d = run_trial_with_retries(spec, args.out, retries=args.retries,
-                                   log=lambda m: print(m, file=sys.stderr), testbed=testbed)
+        say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+        retries = retries_for(spec, args.retries, testbed.kind, log=say)
+        d = run_trial_with_retries(spec, args.out, retries=retries, log=say, testbed=testbed)
     print(d)
     return 0
 

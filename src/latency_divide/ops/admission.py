@@ -27,8 +27,13 @@ RESOURCE = "host_load"
 FULL_HOST = 1000
 
 
-#: One trial never asks for more than this (a budget below it could never admit it).
-MAX_REQUEST = 500
+#: One trial never asks for more than the whole host. A trial that needs more than half of it
+#: (a link of about 80 Mbit/s or more on 2 cores) so shares the host only with trials that
+#: leave it room; Snakemake lowers a request above the budget to the budget, so with the
+#: default profile it runs alone. (Until 2026-11-26 requests stopped at 500: two 177 and 236
+#: Mbit/s downlinks of the population run were admitted together, each needing more than the
+#: whole host, and failed their health checks with their neighbours.)
+MAX_REQUEST = FULL_HOST
 
 
 #: CPU seconds a trial spends once: the trial job's start-up (Python, configuration, checks)
@@ -79,6 +84,12 @@ RT_CORES_PER_MBIT = 0.0105
 RT_HEADROOM = 1.15
 
 
+#: The real-time work a host can carry at all, per core: in the same recheck, trials whose
+#: transfer overlapped more than 1.7 cores of it on 2 cores failed (above). A trial that alone
+#: needs more cannot hold its emulation here, whatever else runs (:func:`beyond_host`).
+RT_HOST_SHARE = 0.85
+
+
 def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> float:
     """The most a trial can carry: the shaped rate, or less when the receiver window binds
     (window per RTT; queueing only lowers it further, so this is an upper bound)."""
@@ -116,6 +127,37 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
     """``cores`` in thousandths of this host (at least 1, at most MAX_REQUEST)."""
     n = cpu_count or os.cpu_count() or 1
     return max(1, min(MAX_REQUEST, math.ceil(FULL_HOST * cores / n)))
+
+
+def beyond_host(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
+                testbed: str = "local", cpu_count: int | None = None) -> str | None:
+    """Why this host cannot emulate a trial's link even alone (its real-time work exceeds
+    RT_HOST_SHARE of every core), or None. Such a trial is measured once, not retried, and its
+    failed health verdict keeps it out of the analysis (:func:`retries_for`)."""
+    rate = plan.shaper(direction).rate_kbit
+    rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed)
+    n = cpu_count or os.cpu_count() or 1
+    if rt <= RT_HOST_SHARE * n:
+        return None
+    return (f"it carries up to {carried_mbit(rate, plan.rtt_ms, window_bytes):.1f} Mbit/s, "
+            f"for which its tool ends and delay line need about {rt:.2f} cores of real-time "
+            f"work; this host's {n} core(s) hold at most {RT_HOST_SHARE * n:.2f}: measure it on "
+            f"a host with {math.ceil(rt / RT_HOST_SHARE)} or more cores, or over SSH")
+
+
+def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
+    """How often to measure a trial again after a failed health verdict: ``retries``, or 0
+    for a trial this host cannot emulate even alone (:func:`beyond_host`; it would fail the
+    same way again, and its retries would crowd the trials beside it), saying so."""
+    from latency_divide.links.plan import make_linkplan
+
+    why = beyond_host(make_linkplan(spec.household, qfactor=spec.qfactor), spec.direction,
+                      spec.tool.window_bytes, spec.tool.name, testbed)
+    if why is None:
+        return retries
+    log(f"[latency-divide] WARNING: trial {spec.trial_id}: this host cannot hold its emulation: "
+        f"{why}. It is measured once, not retried.")
+    return 0
 
 
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",

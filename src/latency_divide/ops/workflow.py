@@ -40,6 +40,7 @@ def run_trial_job(smk) -> None:
 def _trial_job(smk, log) -> None:
     from latency_divide.config import config_hash, load_config
     from latency_divide.data.households import get_household
+    from latency_divide.ops.admission import retries_for
     from latency_divide.ops.progress import progress
     from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
@@ -76,7 +77,8 @@ def _trial_job(smk, log) -> None:
                 check_node(spec, testbed, raw_root)
                 say(f"[latency-divide] trial {spec.trial_id}: Slurm job "
                     f"{os.environ.get('SLURM_JOB_ID')} on node {node_name()}")
-            d = run_trial_with_retries(spec, raw_root, retries=cfg.trial.retries, log=say,
+            retries = retries_for(spec, cfg.trial.retries, cfg.testbed.kind, log=say)
+            d = run_trial_with_retries(spec, raw_root, retries=retries, log=say,
                                        testbed=testbed)
     except BaseException:
         final = meta.parent
