@@ -310,3 +310,25 @@ def test_parallel_collect_gives_the_same_tables(tmp_path):
     assert [e.path for e in two.skipped] == [str(dirs[2])]
     for name in ("trials", "ping", "queue", "throughput"):
         pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))
+
+
+@pytest.mark.parametrize("mbit, cores, beyond", [(300, 2, True), (300, 4, False),
+                                                 (108, 2, False), (300, None, False)])
+def test_a_trial_beyond_the_host_it_ran_on_is_named(tmp_path, mbit, cores, beyond):
+    """README "Links beyond the host": from the trial's records (capacity, RTT, tool, window,
+    and the host's cores in setup.json) the analysis names a link the host could not emulate
+    even alone; a host with the cores for it, a slower link, or no record of the host: None."""
+    from latency_divide.analysis.metrics import beyond_host_of
+    from latency_divide.analysis.reader import Trial
+
+    if cores is not None:
+        (tmp_path / "setup.json").write_text(json.dumps({"host": {"cpu_count": cores}}))
+    meta = {"capacity_kbps": mbit * 1000, "household": {"rtt_ms": 19.0},
+            "tool": {"name": "tquic-perf", "window_bytes": 16 << 20},
+            "definition": {"testbed": "local"}}
+    trial = Trial(path=tmp_path, meta=meta, ping=None, queue=None, intervals=None,
+                  received_bytes=0, duration_s=60.0, goodput_kbps=0.0)
+    why = beyond_host_of(trial)
+    assert (why is not None) == beyond
+    if beyond:
+        assert f"{mbit:.1f} Mbit/s" in why and f"{cores} core(s)" in why

@@ -46,7 +46,8 @@ from latency_divide.analysis.schemas import HEALTH_COLUMNS, TRIALS_SCHEMA
 from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
 from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
 from latency_divide.trial import rawio
-from latency_divide.trial.layout import SENDER_JSON, SENDER_LOG
+from latency_divide.ops.admission import beyond_cores
+from latency_divide.trial.layout import SENDER_JSON, SENDER_LOG, SETUP_JSON
 
 #: Where a trial's sender qlogs may be, relative to the trial directory.
 _QLOG_GLOBS = ("*.qlog", "*.qlog.gz", "*/*.qlog", "*/*.qlog.gz")
@@ -98,6 +99,29 @@ def _packed_qlogs(path: Path) -> list[dict]:
         if any(fnmatch.fnmatchcase(name, g) for g in _QLOG_GLOBS):
             docs.append(json.loads(gzip.decompress(data) if name.endswith(".gz") else data))
     return docs
+
+
+def beyond_host_of(trial: Trial) -> str | None:
+    """Why the host a trial ran on could not emulate its link even alone, from the trial's own
+    records (ops.admission.beyond_cores: its capacity, RTT, tool and window, and the host's
+    cores in setup.json), or None. Such a trial's timing checks can pass while the host, not
+    the link, limits it (README "Links beyond the host"). Trials whose link fits a one-core
+    host are not read further; trials without setup.json (before format 4) are not judged."""
+    meta = trial.meta
+    tool = meta.get("tool") if isinstance(meta.get("tool"), dict) else {}
+    testbed = (meta.get("definition") or {}).get("testbed", "local")
+    args = (float(meta.get("capacity_kbps") or 0), float(meta["household"].get("rtt_ms") or 0),
+            tool.get("window_bytes"), str(tool.get("name", "tquic-perf")), testbed)
+    if beyond_cores(*args, cpu_count=1) is None:
+        return None
+    try:
+        setup = json.loads(rawio.read_text(trial.path, SETUP_JSON))
+    except (*rawio.UNREADABLE, json.JSONDecodeError):
+        return None
+    cores = (setup.get("host") or {}).get("cpu_count") if isinstance(setup, dict) else None
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        return None
+    return beyond_cores(*args, cpu_count=cores)
 
 
 def trial_row(trial: Trial) -> dict:

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latency_divide.analysis.metrics import _series, trial_row
+from latency_divide.analysis.metrics import _series, beyond_host_of, trial_row
 from latency_divide.analysis.reader import TrialInvalid, TrialSkipped, load_trial
 from latency_divide.analysis.schemas import (
     _STAT_COLS,
@@ -134,6 +134,9 @@ def _parse(d: Path | str):
             # host's, not the link's; listed with the broken bounds, never averaged in
             reasons = "; ".join(trial.meta.get("health", {}).get("reasons", []))
             raise TrialInvalid(trial.path, f"emulation health failed: {reasons}")
+        why = beyond_host_of(trial)
+        if why:  # the timing held, but the host, not the link, may have limited it
+            raise TrialInvalid(trial.path, f"beyond the host it ran on: {why}")
         series = _series(trial, row["base_rtt_measured_ms"])
     except TrialInvalid as e:
         return ("skip", e)
