@@ -4,7 +4,6 @@ workflow profile and src/snakemake_executor_plugin_ldlocal)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import subprocess
 import sys
@@ -170,8 +169,7 @@ def test_a_link_beyond_this_host_runs_alone_once_and_says_why():
     hh = get_household(657938)
     spec = TrialSpec(household=hh, direction="downlink", variant=Variant(name="cubic", cc="cubic"),
                      tool=ToolSettings(name="tquic-perf", path=None, window_bytes=unbound))
-    if make_linkplan(hh).shaper("downlink").rate_kbit / 1000 * admission.RT_CORES_PER_MBIT \
-            <= admission.RT_HOST_SHARE * (os.cpu_count() or 1):
+    if admission.beyond_host(make_linkplan(hh), "downlink", unbound) is None:
         pytest.skip("this host has the cores for household 657938's downlink")
     assert admission.retries_for(spec, 2, "local", log=said.append) == 0
     assert len(said) == 1 and "measured once, not retried" in said[0] and "657938" in said[0]

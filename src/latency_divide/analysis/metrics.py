@@ -43,10 +43,10 @@ from latency_divide.analysis.reader import (
     load_trial,
 )
 from latency_divide.analysis.schemas import HEALTH_COLUMNS, TRIALS_SCHEMA
+from latency_divide.ops.admission import beyond_cores
 from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
 from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
 from latency_divide.trial import rawio
-from latency_divide.ops.admission import beyond_cores
 from latency_divide.trial.layout import SENDER_JSON, SENDER_LOG, SETUP_JSON
 
 #: Where a trial's sender qlogs may be, relative to the trial directory.

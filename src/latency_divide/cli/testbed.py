@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ def _trial(args) -> int:
     from latency_divide.testbed.factory import open_testbed
 
     with open_testbed(inventory=args.inventory, slice_name=args.slice) as testbed:
-        say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+        say = functools.partial(print, file=sys.stderr)
         retries = retries_for(spec, args.retries, testbed.kind, log=say)
         d = run_trial_with_retries(spec, args.out, retries=retries, log=say, testbed=testbed)
     print(d)

@@ -132,8 +132,8 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 def beyond_host(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                 testbed: str = "local", cpu_count: int | None = None) -> str | None:
     """Why this host cannot emulate a trial's link even alone (its real-time work exceeds
-    RT_HOST_SHARE of every core), or None. Such a trial is measured once, not retried, and its
-    failed health verdict keeps it out of the analysis (:func:`retries_for`)."""
+    RT_HOST_SHARE of every core), or None. Such a trial is measured once, not retried
+    (:func:`retries_for`), and the analysis leaves it out (analysis.metrics.beyond_host_of)."""
     return beyond_cores(plan.shaper(direction).rate_kbit, plan.rtt_ms, window_bytes, tool,
                         testbed, cpu_count)
 
@@ -143,12 +143,11 @@ def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                  cpu_count: int | None = None) -> str | None:
     """:func:`beyond_host` from a link's rate and RTT and a host's core count (the analysis
     reads them from a trial's records)."""
-    rate = rate_kbit
-    rt = rt_cores(rate, rtt_ms, window_bytes, tool, testbed)
+    rt = rt_cores(rate_kbit, rtt_ms, window_bytes, tool, testbed)
     n = cpu_count or os.cpu_count() or 1
     if rt <= RT_HOST_SHARE * n:
         return None
-    return (f"it carries up to {carried_mbit(rate, rtt_ms, window_bytes):.1f} Mbit/s, "
+    return (f"it carries up to {carried_mbit(rate_kbit, rtt_ms, window_bytes):.1f} Mbit/s, "
             f"for which its tool ends and delay line need about {rt:.2f} cores of real-time "
             f"work; this host's {n} core(s) hold at most {RT_HOST_SHARE * n:.2f}: measure it on "
             f"a host with {math.ceil(rt / RT_HOST_SHARE)} or more cores, or over SSH")
