@@ -70,6 +70,35 @@ def test_a_variant_window_is_its_own_definition():
     assert len({definition.definition_id(d) for d in by_name.values()}) == 8
 
 
+def test_qlog_is_its_own_definition_for_tperf_on_the_local_testbed_only():
+    base = _raw("config.yaml")
+    base["tool"].update(name="tperf", path="/opt/tperf")
+    plain = {t[0] for t in trial_ids(load_config(base))}
+    base["tool"]["qlog"] = False        # false is the default: the same definitions
+    assert {t[0] for t in trial_ids(load_config(base))} == plain
+    base["tool"]["qlog"] = True
+    cfg = load_config(base)
+    assert not {t[0] for t in trial_ids(cfg)} & plain
+    d = definition.of_config(cfg, cfg.variants[0])
+    assert d["tool"]["qlog"] is True and definition.describe(d).count(" qlog;") == 1
+    # a variant may say otherwise: its trials are then those of the plain definition
+    base["variants"][0]["qlog"] = False
+    mixed = load_config(base)
+    ids = {v: d for d, _, _, v, _ in trial_ids(mixed)}
+    plain_ids = {v: d for d, _, _, v, _ in trial_ids(load_config({**base, "tool": {
+        **base["tool"], "qlog": False}, "variants": [{k: x for k, x in v.items() if k != "qlog"}
+                                                     for v in base["variants"]]}))}
+    assert [ids[v] == plain_ids[v] for v in ids] == [True] + [False] * (len(ids) - 1)
+    del base["variants"][0]["qlog"]
+    tquic = _raw("config.yaml")
+    tquic["tool"]["qlog"] = True
+    with pytest.raises(ConfigError, match=r"tool\.qlog = true: only for tool\.name tperf"):
+        load_config(tquic)
+    base["testbed"].update(kind="ssh", inventory="config/testbeds/x.yaml")
+    with pytest.raises(ConfigError, match=r"tool\.qlog = true: only on the local testbed"):
+        load_config(base)
+
+
 @pytest.mark.parametrize("bad", ["gso", "-a b", "-x;rm", "-" + "a" * 250, "--"])
 def test_tool_args_are_flags_only(bad):
     cfg = _raw("config.yaml")

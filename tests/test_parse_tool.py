@@ -351,3 +351,46 @@ def test_transport_rtt_of_a_tperf_trial_from_its_qlog(tmp_path):
     (tmp_path / "meta.json").write_text("{}")
     assert rawio.pack(tmp_path) == ["qlog/tperf-11406-copa-0.8-3s.qlog.gz", "sender.log"]
     assert transport_rtt_of(tmp_path) == (mean, n)
+
+
+def test_qlog_summary_is_the_qlogs_numbers(tmp_path):
+    # tool.qlog: a trial keeps summarize_server_qlog's report, not the qlog. Its scan of the
+    # bytes gives what parsing the JSON gives (the real tperf qlog: 95 acks), and the packets
+    # sent and declared lost; the analysis reads the report as the sender's.
+    from latency_divide.parsers.qlog import QlogError, read_qlog, rtt_samples, summarize_server_qlog
+    from latency_divide.trial.layout import QLOG_SUMMARY
+
+    qlog = tmp_path / "q" / "server.qlog"
+    qlog.parent.mkdir()
+    qlog.write_bytes(gzip.decompress((TEST_DATA / "qlog" / "tperf-11406-copa-0.8-3s.qlog.gz")
+                                     .read_bytes()))
+    doc = read_qlog(qlog)
+    want = rtt_samples(doc, vantage="server")
+    got = summarize_server_qlog([qlog])
+    s = got["sender"]
+    assert s["rtt_samples"] == len(want) == 95
+    assert s["rtt_mean_ms"] == pytest.approx(sum(x.latest_rtt_ms for x in want) / 95, rel=1e-12)
+    rtts = sorted(x.latest_rtt_ms for x in want)
+    assert (s["rtt_p50_ms"], s["rtt_p90_ms"]) == (rtts[47], rtts[85])   # nearest rank
+    assert s["min_rtt_ms"] == min(x.min_rtt_ms for x in want)
+    events = [e["name"] for e in doc["traces"][0]["events"]]
+    assert s["packets_sent"] == events.count("quic:packet_sent") > 0
+    assert s["packets_lost"] == sum(e["data"]["lost_packets"] for e in doc["traces"][0]["events"]
+                                    if e["name"] == "quic:packet_lost")
+    assert got["qlogs"] == [{"name": "server.qlog", "bytes": qlog.stat().st_size,
+                             "events": {n: events.count(n) for n in sorted(set(events))}}]
+    (tmp_path / QLOG_SUMMARY).write_text(json.dumps(got))
+    assert transport_rtt_of(tmp_path) == (s["rtt_mean_ms"], 95)
+    assert sender_loss_pct_of(tmp_path) == pytest.approx(100 * s["packets_lost"] / s["packets_sent"])
+    # JSON on one line with the same separators scans alike; another layout is refused
+    qlog.write_text(json.dumps(doc))
+    assert summarize_server_qlog([qlog])["sender"] == s
+    qlog.write_text(json.dumps(doc, separators=(",", ":")))
+    with pytest.raises(QlogError, match="no qlog events"):
+        summarize_server_qlog([qlog])
+    qlog.write_text(json.dumps(doc).replace('"pto_count": 0', '"pto": {"count": 0}'))
+    with pytest.raises(QlogError, match="418 metrics updates but 0 in the expected form"):
+        summarize_server_qlog([qlog])
+    qlog.write_text("")
+    with pytest.raises(QlogError, match="no qlog events"):
+        summarize_server_qlog([qlog])

@@ -285,6 +285,23 @@ def test_population_config_loads_with_200_households_in_every_bucket(population_
     assert "config/population.yaml" in load_config(ROOT / "config" / "config.yaml").companions
 
 
+def test_the_tperf_population_is_the_same_sample_trials_and_order():
+    # config/population-mvfst.yaml: mvfst's tperf with its qlog on the households, trials and
+    # shuffled order of config/population.yaml, so the two tools compare household for
+    # household; only the tool (and so every definition) differs
+    q, m = (load_config(ROOT / "config" / f) for f in ("population.yaml",
+                                                        "population-mvfst.yaml"))
+    assert m.households_by_bucket == q.households_by_bucket
+    assert m.repetitions_by_household == q.repetitions_by_household
+    assert (m.variants, m.trial, m.qfactor, m.directions) == (q.variants, q.trial, q.qfactor,
+                                                              q.directions)
+    assert (m.tool.name, m.tool.qlog, m.tool.args, m.tool.window_bytes) == (
+        "tperf", True, (), q.tool.window_bytes)
+    tq, tm = trial_ids(q), trial_ids(m)     # in the order the workflow hands them out
+    assert [t[1:] for t in tq] == [t[1:] for t in tm] and len(tm) == 2304
+    assert not {t[0] for t in tq} & {t[0] for t in tm}
+
+
 def test_population_config_from_another_data_set(population_cfg, data):
     c = load_config(with_population(population_cfg, n=8, repeat={"share": 0.25,
                                                                   "repetitions": [2, 3]}),

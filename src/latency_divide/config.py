@@ -34,6 +34,7 @@ class Variant:
     cc: str  # cubic | copa | bbr | bbr3
     delta: float | None = None  # Copa's latency factor (copa only), in (0, 1]
     window_bytes: int | None = None  # receiver window of this variant (None: tool.window_bytes)
+    qlog: bool | None = None  # tperf's qlog for this variant (None: tool.qlog)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class ToolSettings:
     window_bytes: int
     #: extra flags passed to both ends of the tool (part of the trial definition)
     args: tuple[str, ...] = ()
+    #: tperf only: its server writes a qlog into the trial, which keeps the sender's report
+    #: made of it (transport RTT samples, packets sent and lost; parsers.qlog) and not the
+    #: qlog itself. Part of the definition (the qlog costs the sender CPU).
+    qlog: bool = False
 
     def binary(self, root: Path = CHECKOUT) -> Path:
         """The tool's binary: the configured path (a bare name such as ``tperf`` is looked up
@@ -131,10 +136,11 @@ class Config:
         )
 
     def tool_for(self, variant: Variant) -> ToolSettings:
-        """The tool settings of ``variant``'s trials (its own window, if it has one)."""
-        if variant.window_bytes is None:
-            return self.tool
-        return dataclasses.replace(self.tool, window_bytes=variant.window_bytes)
+        """The tool settings of ``variant``'s trials (its own window and qlog setting, if it
+        has them)."""
+        own = {k: v for k, v in (("window_bytes", variant.window_bytes), ("qlog", variant.qlog))
+               if v is not None}
+        return dataclasses.replace(self.tool, **own) if own else self.tool
 
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
@@ -284,11 +290,21 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
                 f"config: {key}.delta = {v['delta']!r}: delta applies to cc copa only, not {v['cc']!r}"
             )
         variants.append(Variant(v["name"], v["cc"], float(v["delta"]) if "delta" in v else None,
-                                v.get("window_bytes")))
+                                v.get("window_bytes"), v.get("qlog")))
 
     tool = ToolSettings(**{**raw["tool"], "args": tuple(raw["tool"].get("args", ()))})
     if tool.name == "tperf" and tool.path is None:
         raise ConfigError("config: tool.path = None: the path of mvfst's tperf binary is required for tool.name tperf")
+    if any(v.qlog for v in variants) and tool.name != "tperf":
+        raise ConfigError(f"config: variants[].qlog = true: only for tool.name tperf (mvfst's "
+                          f"qlog), not {tool.name!r}")
+    if (tool.qlog or any(v.qlog for v in variants)) and raw["testbed"]["kind"] != "local":
+        raise ConfigError(f"config: tool.qlog = true: only on the local testbed, not "
+                          f"{raw['testbed']['kind']!r} (a fast link's qlog is hundreds of MB on "
+                          "the node)")
+    if tool.qlog and tool.name != "tperf":
+        raise ConfigError(f"config: tool.qlog = true: only for tool.name tperf (mvfst's qlog), "
+                          f"not {tool.name!r} (tquic-perf reports its RTT samples itself)")
     testbed = TestbedSettings(**raw["testbed"])
     if testbed.kind == "ssh" and testbed.inventory is None:
         raise ConfigError("config: testbed.inventory = None: an SSH inventory is required for testbed.kind ssh")

@@ -10,14 +10,16 @@ idle or no in-transfer RTT sample, or no queue sample during the transfer, raise
 
 Transport RTT (Facebook's Copa study: the mean of the QUIC stack's own RTT samples over the
 transfer): ``transport_rtt_mean_ms`` and ``transport_rtt_samples`` come from the sender's
-report, tquic-perf's ``sender.json`` (else the ``connection closed`` line of its
-``sender.log``), else from the sender's qlog in the trial directory (mvfst's tperf run with
+report, tquic-perf's ``sender.json`` or, for tperf run with ``tool.qlog``, the report the trial
+made of its sender's qlog (``qlog_summary.json``; parsers.qlog.summarize_server_qlog), else the
+``connection closed`` line of tquic-perf's ``sender.log``, else the sender's qlog kept in the
+trial directory (mvfst's tperf run by hand with
 ``-server_qlogger_path`` into it: ``*.qlog[.gz]`` there or one directory down, or packed in the
 format-4 archive). Trials without
 any of them (measured before tquic-perf reported RTT samples; tperf without a qlog) get None,
 as does a report that cannot be read (the next source is tried first). ``sender_loss_pct``:
 the packets the sender declared lost per packet sent, from the same reports (NaN without
-them: tperf's logs).
+them: tperf's logs without a qlog).
 
 The series (ping, queue, throughput) are keyed by ``t_s``, seconds since the transfer started.
 ``latency-divide summarize`` prints one trial's row (:func:`summarize_trial`,
@@ -47,7 +49,7 @@ from latency_divide.ops.admission import beyond_cores
 from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
 from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
 from latency_divide.trial import rawio
-from latency_divide.trial.layout import SENDER_JSON, SENDER_LOG, SETUP_JSON
+from latency_divide.trial.layout import QLOG_SUMMARY, SENDER_JSON, SENDER_LOG, SETUP_JSON
 
 #: Where a trial's sender qlogs may be, relative to the trial directory.
 _QLOG_GLOBS = ("*.qlog", "*.qlog.gz", "*/*.qlog", "*/*.qlog.gz")
@@ -55,7 +57,8 @@ _QLOG_GLOBS = ("*.qlog", "*.qlog.gz", "*/*.qlog", "*/*.qlog.gz")
 
 def _sender_reports(path: Path):
     """The sender's reports of a trial directory that can be read, best first."""
-    for name, parse in ((SENDER_JSON, parse_sender_json), (SENDER_LOG, parse_sender_log)):
+    for name, parse in ((SENDER_JSON, parse_sender_json), (QLOG_SUMMARY, parse_sender_json),
+                        (SENDER_LOG, parse_sender_log)):
         try:
             if not rawio.exists(path, name):
                 continue

@@ -32,6 +32,9 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool", choices=TOOLS, default="tquic-perf")
     p.add_argument("--tool-path", help="traffic tool binary (required for tperf)")
     p.add_argument("--window", type=int, default=65536, help="receiver window, bytes")
+    p.add_argument("--qlog", action="store_true",
+                   help="tperf on the local testbed: keep the sender's transport RTT samples "
+                        "and losses from its qlog (qlog_summary.json; the qlog is removed)")
     p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
                    help="an extra flag for both ends of the tool, e.g. --tool-arg=-gso=false "
                         "(repeatable; part of the trial's definition)")
@@ -69,7 +72,7 @@ def _trial(args) -> int:
             ping_interval_s=args.ping_interval, qfactor=args.qfactor, delay=args.delay,
             tool_rt_priority=args.tool_rt_priority,
             tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
-                              args=tuple(args.tool_arg)))
+                              args=tuple(args.tool_arg), qlog=args.qlog))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     limits.check("retries", args.retries, "--retries")

@@ -8,7 +8,7 @@ definition. The definition of a trial is
      "delay": "auto" | "netem" | "delayline",   # testbed.delay, as configured
      "qfactor": 2.0,
      "trial": {"duration_s", "idle_s", "ping_interval_s", "queue_interval_s"},
-     "tool": {"name", "window_bytes", "args"},
+     "tool": {"name", "window_bytes", "args"[, "qlog": true]},
      "variant": {"cc", "delta"}}
 
 and its id is ``def-`` + the first 10 hex digits of the sha256 of its canonical JSON (sorted
@@ -57,8 +57,11 @@ DEFINITION_VERSION = 1
 def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: float,
                     idle_s: float, ping_interval_s: float, queue_interval_s: float,
                     tool_name: str, window_bytes: int, tool_args=(), cc: str,
-                    delta: float | None) -> dict[str, Any]:
-    """The definition (a JSON-able dict with canonical number types)."""
+                    delta: float | None, qlog: bool = False) -> dict[str, Any]:
+    """The definition (a JSON-able dict with canonical number types). ``tool.qlog`` is
+    there only when true, so the ids of definitions without it are unchanged."""
+    tool = {"name": str(tool_name), "window_bytes": int(window_bytes),
+            "args": [str(a) for a in tool_args], **({"qlog": True} if qlog else {})}
     return {
         "version": DEFINITION_VERSION,
         "testbed": str(testbed),
@@ -67,8 +70,7 @@ def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: flo
         "trial": {"duration_s": float(duration_s), "idle_s": float(idle_s),
                   "ping_interval_s": float(ping_interval_s),
                   "queue_interval_s": float(queue_interval_s)},
-        "tool": {"name": str(tool_name), "window_bytes": int(window_bytes),
-                 "args": [str(a) for a in tool_args]},
+        "tool": tool,
         "variant": {"cc": str(cc), "delta": None if delta is None else float(delta)},
     }
 
@@ -81,7 +83,7 @@ def of_config(cfg, variant) -> dict[str, Any]:
         duration_s=t.duration_s, idle_s=t.idle_s, ping_interval_s=t.ping_interval_s,
         queue_interval_s=t.queue_interval_s, tool_name=cfg.tool.name,
         window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
-        delta=variant.delta)
+        delta=variant.delta, qlog=cfg.tool_for(variant).qlog)
 
 
 def definition_id(definition: Mapping[str, Any]) -> str:
@@ -104,7 +106,7 @@ def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
         idle_s=meta["idle_s"], ping_interval_s=meta["ping"]["interval_s"],
         queue_interval_s=meta["queue"]["interval_s"], tool_name=tool["name"],
         window_bytes=tool["window_bytes"], tool_args=tool.get("args", []), cc=variant["cc"],
-        delta=variant.get("delta"))
+        delta=variant.get("delta"), qlog=bool(tool.get("qlog", False)))
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -182,6 +184,7 @@ def describe(definition: Mapping[str, Any]) -> str:
     t, tool, v = definition["trial"], definition["tool"], definition["variant"]
     cc = v["cc"] + (f" delta={v['delta']:g}" if v.get("delta") is not None else "")
     args = (" " + " ".join(tool["args"])) if tool.get("args") else ""
+    args += " qlog" if tool.get("qlog") else ""
     return (f"{cc}; {tool['name']} window={tool['window_bytes']}{args}; "
             f"duration={t['duration_s']:g}s idle={t['idle_s']:g}s ping={t['ping_interval_s']:g}s "
             f"queue={t['queue_interval_s']:g}s; qfactor={definition['qfactor']:g}; "

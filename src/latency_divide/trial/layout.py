@@ -34,6 +34,10 @@ RECEIVER_LOG = "receiver.log"
 #: tquic-perf's JSON summaries, written by each end where it runs
 SENDER_JSON = "sender.json"
 RECEIVER_JSON = "receiver.json"
+#: tperf with tool.qlog: the directory its server writes qlogs into while the trial runs,
+#: and what the trial keeps of them (parsers.qlog.summarize_server_qlog)
+QLOG_DIR = "qlog"
+QLOG_SUMMARY = "qlog_summary.json"
 PING_LOG = "ping.log"
 PING_ERR = "ping.err"
 QUEUE_LOG = "queue.jsonl"

@@ -30,6 +30,7 @@ from latency_divide.errors import (
 )
 from latency_divide.fsio import write_json_atomic
 from latency_divide.links.plan import make_linkplan
+from latency_divide.parsers.qlog import QlogError, summarize_server_qlog
 from latency_divide.parsers.tool import parse_tool_log
 from latency_divide.paths import git_revision, repo_root
 from latency_divide.testbed.factory import make_testbed
@@ -43,6 +44,8 @@ from latency_divide.trial.layout import (
     META,
     PING_ERR,
     PING_LOG,
+    QLOG_DIR,
+    QLOG_SUMMARY,
     QSAMPLER_LOG,
     QUEUE_LOG,
     RECEIVER_JSON,
@@ -148,6 +151,13 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     host_before = host_info()
     cpu_before = cpu_times()
 
+    if spec.tool.qlog and testbed.kind != "local":
+        raise EnvironmentError_(f"qlog: only on the local testbed, not {testbed.kind!r} (a fast "
+                                "link's qlog is hundreds of MB on the node)")
+    qlog_dir = None
+    if spec.tool.qlog:
+        qlog_dir = d / QLOG_DIR
+        qlog_dir.mkdir()
     topo = testbed.open(spec, plan, d, found)
     with topo:
         sender_addr = topo.addr(ep["sender"])
@@ -156,7 +166,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
             # tquic-perf writes its JSON summary where it runs (the slice collects it into d)
             return topo.tool_output(role, d / name) if spec.tool.name == "tquic-perf" else None
 
-        s_argv = sender_argv(spec, binary, tool_json(ep["sender"], SENDER_JSON), sender_addr)
+        s_argv = sender_argv(spec, binary, tool_json(ep["sender"], SENDER_JSON), sender_addr,
+                             None if qlog_dir is None else str(qlog_dir))
         r_argv = receiver_argv(spec, binary, tool_json(ep["receiver"], RECEIVER_JSON),
                                sender_addr)
         p_argv = ping_argv(spec.ping_interval_s, topo.addr("srv"))
@@ -222,6 +233,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     timing["setup_s"] = round(topo.setup_s, 3)
     timing["teardown_s"] = round(topo.teardown_s, 3)
 
+    if qlog_dir is not None:
+        _reduce_qlog(qlog_dir, d / QLOG_SUMMARY)
     text = (d / RECEIVER_LOG).read_text(errors="replace")
     if rc != 0 or not parse_tool_log(text).complete:
         tail = " | ".join(text.strip().splitlines()[-3:])
@@ -259,6 +272,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "tool": {"name": spec.tool.name, "path": binary,
                  "sha256": found["binary_sha256"], "version": found["tool_version"],
                  "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),
+                 **({"qlog": True} if spec.tool.qlog else {}),
                  "sender_node": ep["sender"], "receiver_node": ep["receiver"],
                  "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc,
                  # SCHED_FIFO priority the ends ran at (0: normal), and why if not as asked
@@ -292,6 +306,20 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "git_revision": git_revision(repo_root()),
         "config_hash": spec.config_hash,
     }
+
+
+def _reduce_qlog(qlog_dir: Path, out: Path) -> None:
+    """Keep the sender's report made of its qlogs (parsers.qlog.summarize_server_qlog) and
+    remove the qlogs: hundreds of MB for a fast link, against a few KB for the rest of the trial.
+    A qlog that cannot be read fails the trial (retried), never a trial without its numbers."""
+    qlogs = sorted(qlog_dir.glob("*.qlog"))
+    if not qlogs:
+        raise TrialError(f"{qlog_dir}: the sender wrote no qlog")
+    try:
+        write_json_atomic(out, summarize_server_qlog(qlogs))
+    except QlogError as e:
+        raise TrialError(f"the sender's qlog: {e}") from None
+    shutil.rmtree(qlog_dir)
 
 
 def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,

@@ -78,6 +78,8 @@ class TrialSpec:
         realtime_argv([], self.tool_rt_priority)  # validates it
         if self.tool.name not in TOOLS:
             raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
+        if self.tool.qlog and self.tool.name != "tperf":
+            raise ValueError(f"qlog: only for tperf (mvfst's qlog), not {self.tool.name!r}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction {self.direction!r} is not one of uplink, downlink")
         for key in ("duration_s", "idle_s", "ping_interval_s", "queue_interval_s", "qfactor",
@@ -97,15 +99,16 @@ class TrialSpec:
             duration_s=self.duration_s, idle_s=self.idle_s, ping_interval_s=self.ping_interval_s,
             queue_interval_s=self.queue_interval_s, tool_name=self.tool.name,
             window_bytes=self.tool.window_bytes, tool_args=self.tool.args, cc=self.variant.cc,
-            delta=self.variant.delta)
+            delta=self.variant.delta, qlog=self.tool.qlog)
 
     def definition_id(self, testbed_kind: str = "local") -> str:
         return definition.definition_id(self.definition(testbed_kind))
 
 
-def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str
-                ) -> list[str]:
-    """The traffic tool's sending end (its server), listening on ``sender_addr``."""
+def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str,
+                qlog_dir: str | None = None) -> list[str]:
+    """The traffic tool's sending end (its server), listening on ``sender_addr``; tperf's
+    server writes its qlog into ``qlog_dir`` when given."""
     argv = [binary, "-mode", "server", "-host", sender_addr, "-port", str(PORT),
             "-congestion", spec.variant.cc]
     if spec.variant.cc == "copa":
@@ -115,6 +118,8 @@ def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr
         argv += ["-once"]
         if json_path:
             argv += ["-json", json_path]
+    if qlog_dir is not None:
+        argv += [f"-server_qlogger_path={qlog_dir}"]
     return argv + list(spec.tool.args)
 
 
