@@ -24,11 +24,16 @@ def test_the_main_config_names_the_published_companions():
     cfg = load_config(ROOT / "config/config.yaml")
     comps = load_companions(cfg.companions, base=ROOT)
     assert [c.name for c in comps] == ["fast-links", "fast-links-checked", "mvfst",
-                                       "mvfst-fast-links", "paper-rerun", "population"]
-    fast, checked, mvfst, _, rerun, pop = comps
-    # the population study (docs/population.md): its own definitions, none of the run's
+                                       "mvfst-fast-links", "paper-rerun", "population",
+                                       "population-mvfst"]
+    fast, checked, mvfst, _, rerun, pop, popm = comps
+    # the population study (docs/population.md): its own definitions, none of the run's; with
+    # tperf the same trials under other definitions
     assert len(pop.trials) == 2 * 4 * (240 + 2 * 24) and pop.cfg.population is not None
     assert not {t[0] for t in pop.trials} & {t[0] for t in trial_ids(cfg)}
+    assert [t[1:] for t in popm.trials] == [t[1:] for t in pop.trials]
+    assert not {t[0] for t in popm.trials} & {t[0] for t in pop.trials}
+    assert popm.cfg.tool.name == "tperf" and popm.cfg.tool.qlog
     # the paper's own definitions measured again: repetition 2 of every reference trial
     assert sorted((t[0], t[1], t[2], t[3]) for t in rerun.trials) == \
         sorted((t[0], t[1], t[2], t[3]) for t in trial_ids(cfg))

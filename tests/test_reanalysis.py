@@ -93,22 +93,27 @@ def pulled(tmp_path_factory):
     return {"clone": clone, "env": env, "tmp": tmp}
 
 
-def population_trials() -> set[tuple]:
-    """(definition, household, direction, variant, rep) of config/population.yaml's trials: its
-    run is measured over several sessions and published in parts as it goes
-    (docs/population.md)."""
+#: The population runs (docs/population.md), measured over several sessions and published in
+#: parts as they go: tquic-perf's and mvfst tperf's.
+POPULATION_CONFIGS = ("population.yaml", "population-mvfst.yaml")
+
+
+def population_trials(config: str = "population.yaml") -> set[tuple]:
+    """(definition, household, direction, variant, rep) of a population run's trials."""
     from latency_divide.config import load_config
 
     return {(d, str(h), dr, v, f"rep{r}") for d, h, dr, v, r in
-            trial_ids(load_config(ROOT / "config" / "population.yaml"))}
+            trial_ids(load_config(ROOT / "config" / config))}
 
 
-def published_trials(clone: Path, population: bool = False) -> list[Path]:
+def published_trials(clone: Path, population: str | None = None) -> list[Path]:
     """Published trial directories: the paper's run and its other companions, or
-    (``population``) the population run's trials published so far."""
-    pop = {t[0] for t in population_trials()}
+    (``population``: its config file) a population run's trials published so far."""
+    pop = {c: {t[0] for t in population_trials(c)} for c in POPULATION_CONFIGS}
+    mine = pop[population] if population else set()
+    every = set().union(*pop.values())
     return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")
-                  if (p.parts[-6] in pop) == population)
+                  if (p.parts[-6] in mine if population else p.parts[-6] not in every))
 
 
 def test_dvc_status_lists_no_changed_dependency(pulled):
@@ -131,12 +136,15 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     assert len(trials) == 976 + 368 + 304
     # the population study published so far (docs/population.md): its own trials, in format 4,
     # every verdict passing; analysed by `snakemake all` once all 2304 are published
-    pop = published_trials(clone, population=True)
-    assert {t.relative_to(clone / "results/raw").parts for t in pop} <= population_trials()
-    metas = [json.loads((t / "meta.json").read_text()) for t in pop]
-    assert {m["format_version"] for m in metas} == {4}
-    assert all(m["health"]["verdict"] == "pass" for m in metas)
-    complete = len(pop) == 2304
+    published = {}
+    for c in POPULATION_CONFIGS:
+        pop = published_trials(clone, population=c)
+        assert {t.relative_to(clone / "results/raw").parts for t in pop} <= population_trials(c)
+        metas = [json.loads((t / "meta.json").read_text()) for t in pop]
+        assert {m["format_version"] for m in metas} <= {4}
+        assert all(m["health"]["verdict"] == "pass" for m in metas)
+        published[c] = len(pop)
+    complete = published["population.yaml"] == 2304
     # the README's second command, as typed (the env forbids trial jobs: one would fail)
     p = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     log = p.stdout + p.stderr
@@ -146,10 +154,12 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # the published companion data sets (config: companions) are analysed beside the run, all
     # in one tables job and one figures job (one start-up and one import for all)
     assert jobs.get("companion_tables") == 1 and jobs.get("companion_figures") == 1, jobs
-    if not complete:  # named, and left out: no table of a half-published data set
-        assert not (clone / "results/companions/population").exists()
-        assert (f"companion population (config/population.yaml) left out: {2304 - len(pop)} of "
-                "its 2304 trials are not on disk") in log, log[-3000:]
+    for c, n in published.items():  # named, and left out: no table of a half-published set
+        name = c.removesuffix(".yaml")
+        if n < 2304:
+            assert not (clone / f"results/companions/{name}").exists()
+            assert (f"companion {name} (config/{c}) left out: {2304 - n} of its 2304 trials "
+                    "are not on disk") in log, log[-3000:]
     assert "refusing to measure" not in log
     assert raw_state(clone) == before  # no file under results/raw deleted, rewritten or added
     for t in TABLES:
