@@ -51,6 +51,8 @@ def trial_argv(cfg, hid: int, direction: str, variant: str, rep: int, out: Path)
         argv += ["--delta", f"{v.delta:g}"]
     if tool.path:
         argv += ["--tool-path", str(tool.binary())]
+    if tool.qlog:
+        argv += ["--qlog"]
     return argv + [f"--tool-arg={a}" for a in tool.args]
 
 

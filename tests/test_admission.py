@@ -33,6 +33,23 @@ def test_cost_grows_with_the_rate_and_stops_at_the_window():
     assert admission.trial_cores(35000, 30.0, None, testbed="ssh") == admission.SSH_CORES
 
 
+def test_tperf_trials_ask_for_its_real_time_cost_even_when_slow():
+    """mvfst's tperf wakes its real-time ends far more than tquic-perf at low rates (and its
+    qlog costs the sender more): the population run's cheap tperf uplinks failed their health
+    checks at the tquic-perf model's 36-47 at once; they ask for enough that about 10 fit.
+    The floor does not add to a fast link's cost: which links are beyond the host is as before."""
+    slow = link_plan(600, 1000, 30.0)
+    tquic = admission.trial_host_load(slow, "uplink", 1 << 24, cpu_count=2)
+    tperf = admission.trial_host_load(slow, "uplink", 1 << 24, tool="tperf", cpu_count=2)
+    assert 900 // tquic >= 36
+    assert 9 <= 900 // tperf <= 11
+    assert admission.rt_cores(600, 30.0, None, tool="tperf") == 0.15
+    fast = admission.rt_cores(90000, 15.0, None, tool="tperf")
+    assert fast == pytest.approx(admission.RT_IDLE_CORES + admission.RT_CORES_PER_MBIT * 1.5 * 90)
+    assert admission.beyond_cores(100000, 15.0, None, "tperf", cpu_count=2) is None
+    assert admission.beyond_cores(110000, 15.0, None, "tperf", cpu_count=2) is not None
+
+
 def test_fast_trials_ask_for_their_real_time_cores_with_headroom():
     """The tool ends and the delay line run under SCHED_FIFO: a fast trial asks for its
     real-time cores (at their tail) times the headroom, which is more than its mean cost."""

@@ -75,6 +75,19 @@ RT_IDLE_CORES = 0.02
 RT_CORES_PER_MBIT = 0.0105
 
 
+#: The least real-time cores a trial of a tool takes, at any rate, where that is more than the
+#: model above gives at low rates. mvfst's tperf, measured 2026-11-26 (bench/bench_qlog_cost.py,
+#: 20 s downlinks alone): 0.031 to 0.046 cores at 0.6-3.6 Mbit/s without its qlog, and with it
+#: (tool.qlog) 0.10 to 0.18 for Copa δ 0.04 on links whose FIFO cannot hold its 25-packet
+#: target (77 % of the packets sent declared lost: the sender logs each one); in the population
+#: run's cheap uplinks such a sender took 3 to 15 CPU seconds per 60 s. With tquic-perf's 0.02
+#: the workflow admitted 36 to 47 cheap tperf trials at once and every one failed its health
+#: check (tool ends waiting 260 to 670 µs per wake-up, CPU pressure 84 %); at 9 to 16 at once
+#: 5 of 60 first attempts failed, just over the bound (160 to 187 µs), and passed when measured
+#: again. 0.15 (about 10 at once) covers the qlog's worst case for every tperf trial.
+RT_FLOOR_CORES_BY_TOOL = {"tperf": 0.15}
+
+
 #: What a trial asks for is at least its real-time cores times this: under the profile's
 #: budget of 900 the real-time work of all trials then stays under 900 / 1.15 = 780 per
 #: mille (1.57 cores of 2). In the recheck every trial whose transfer overlapped more than
@@ -106,8 +119,8 @@ def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
     if testbed == "ssh":
         return 0.0
     factor = TOOL_FACTOR.get(tool, max(TOOL_FACTOR.values()))
-    return RT_IDLE_CORES + RT_CORES_PER_MBIT * factor * carried_mbit(rate_kbit, rtt_ms,
-                                                                    window_bytes)
+    rate_part = RT_CORES_PER_MBIT * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
+    return max(RT_FLOOR_CORES_BY_TOOL.get(tool, 0.0), RT_IDLE_CORES + rate_part)
 
 
 def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
