@@ -44,6 +44,7 @@ def trial_argv(cfg, hid: int, direction: str, variant: str, rep: int, out: Path)
     argv = [str(CLI), "trial", str(hid), "--direction", direction, "--cc", v.cc,
             "--duration", f"{t.duration_s:g}", "--idle", f"{t.idle_s:g}",
             "--repetition", str(rep), "--qfactor", f"{cfg.qfactor:g}",
+            "--queue-interval", f"{t.queue_interval_s:g}",
             "--delay", cfg.testbed.delay, "--tool", tool.name, "--window",
             str(tool.window_bytes), "--ping-interval", f"{t.ping_interval_s:g}",
             "--retries", str(t.retries), "--out", str(out)]

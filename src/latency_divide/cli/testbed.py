@@ -39,6 +39,8 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
                    help="an extra flag for both ends of the tool, e.g. --tool-arg=-gso=false "
                         "(repeatable; part of the trial's definition)")
     p.add_argument("--ping-interval", type=float, default=0.2, help="ping interval, s")
+    p.add_argument("--queue-interval", type=float, default=0.1,
+                   help="queue sampling interval, s (default 0.1, the paper's)")
     p.add_argument("--retries", type=int, default=0, help="retries on transient failures")
     p.add_argument("--out", required=True, help="root of the raw layout; the trial goes to "
                    "OUT/<definition id>/<household>/<direction>/<variant>/rep<r>/")
@@ -69,7 +71,8 @@ def _trial(args) -> int:
         spec = TrialSpec(
             household=get_household(args.household), direction=args.direction, variant=variant,
             repetition=args.repetition, duration_s=args.duration, idle_s=args.idle,
-            ping_interval_s=args.ping_interval, qfactor=args.qfactor, delay=args.delay,
+            ping_interval_s=args.ping_interval, queue_interval_s=args.queue_interval,
+            qfactor=args.qfactor, delay=args.delay,
             tool_rt_priority=args.tool_rt_priority,
             tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
                               args=tuple(args.tool_arg), qlog=args.qlog))
