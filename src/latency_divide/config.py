@@ -295,17 +295,17 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     tool = ToolSettings(**{**raw["tool"], "args": tuple(raw["tool"].get("args", ()))})
     if tool.name == "tperf" and tool.path is None:
         raise ConfigError("config: tool.path = None: the path of mvfst's tperf binary is required for tool.name tperf")
-    if any(v.qlog for v in variants) and tool.name != "tperf":
-        raise ConfigError(f"config: variants[].qlog = true: only for tool.name tperf (mvfst's "
-                          f"qlog), not {tool.name!r}")
-    if (tool.qlog or any(v.qlog for v in variants)) and raw["testbed"]["kind"] != "local":
-        raise ConfigError(f"config: tool.qlog = true: only on the local testbed, not "
-                          f"{raw['testbed']['kind']!r} (a fast link's qlog is hundreds of MB on "
-                          "the node)")
-    if tool.qlog and tool.name != "tperf":
-        raise ConfigError(f"config: tool.qlog = true: only for tool.name tperf (mvfst's qlog), "
-                          f"not {tool.name!r} (tquic-perf reports its RTT samples itself)")
     testbed = TestbedSettings(**raw["testbed"])
+    # tperf's qlog (tool.qlog, or a variant's): the first key that asks for it is named
+    qlog = [k for k, on in (("tool.qlog", tool.qlog),
+                            *((f"variants[{i}].qlog", v.qlog) for i, v in enumerate(variants)))
+            if on]
+    if qlog and tool.name != "tperf":
+        raise ConfigError(f"config: {qlog[0]} = true: only for tool.name tperf (mvfst's qlog), "
+                          f"not {tool.name!r} (tquic-perf reports its RTT samples itself)")
+    if qlog and testbed.kind != "local":
+        raise ConfigError(f"config: {qlog[0]} = true: only on the local testbed, not "
+                          f"{testbed.kind!r} (a fast link's qlog is hundreds of MB on the node)")
     if testbed.kind == "ssh" and testbed.inventory is None:
         raise ConfigError("config: testbed.inventory = None: an SSH inventory is required for testbed.kind ssh")
 

@@ -312,7 +312,7 @@ def _reduce_qlog(qlog_dir: Path, out: Path) -> None:
     """Keep the sender's report made of its qlogs (parsers.qlog.summarize_server_qlog) and
     remove the qlogs: hundreds of MB for a fast link, against a few KB for the rest of the trial.
     A qlog that cannot be read fails the trial (retried), never a trial without its numbers."""
-    qlogs = sorted(qlog_dir.glob("*.qlog"))
+    qlogs = list(qlog_dir.glob("*.qlog"))
     if not qlogs:
         raise TrialError(f"{qlog_dir}: the sender wrote no qlog")
     try:
