@@ -121,9 +121,13 @@ def load_trial(path: Path | str) -> Trial:
     from latency_divide.parsers.tool import ToolParseError, parse_tool_log
 
     path = Path(path)
-    if not path.is_dir():
-        raise TrialInvalid(path, "not a directory")
-    if rawio.find(path, META) is None:
+    try:
+        packed = not path.is_dir() and rawio.packed(path) is not None
+    except (LatencyDivideError, *rawio.UNREADABLE) as e:  # packs.PackError, a damaged pack
+        raise TrialInvalid(path, f"its definition's packs cannot be read: {e}") from None
+    if not path.is_dir() and not packed:
+        raise TrialInvalid(path, "not a directory, nor a trial of its definition's packs")
+    if not packed and rawio.find(path, META) is None:
         raise TrialInvalid(path, f"missing file {META}")
     for name in REQUIRED_LOGS:
         try:

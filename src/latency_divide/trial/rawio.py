@@ -48,18 +48,36 @@ def find(trial_dir: Path | str, name: str) -> Path | None:
 
 
 def exists(trial_dir: Path | str, name: str) -> bool:
-    """True if the trial has ``name`` in any form: plain, ``name.gz`` or archive member."""
-    return find(trial_dir, name) is not None or name in members(trial_dir)
+    """True if the trial has ``name`` in any form: plain, ``name.gz``, archive member, or (a
+    packed trial) member of its pack."""
+    if find(trial_dir, name) is not None or name in members(trial_dir):
+        return True
+    return name == META and packed(trial_dir) is not None
+
+
+def packed(trial_dir: Path | str):
+    """The pack (trial.packs.Packed) that holds a trial with no directory of its own, or
+    None."""
+    from latency_divide.trial import packs
+
+    d = Path(trial_dir)
+    return None if (d / META).exists() else packs.find(d)
 
 
 def members(trial_dir: Path | str) -> dict[str, bytes]:
-    """The archive's members by name ({} without an archive). An archive that cannot be read
-    raises (OSError, EOFError, tarfile.ReadError or lzma.LZMAError)."""
+    """The archive's members by name ({} without an archive); for a packed trial its members
+    in the pack but meta.json. An archive or pack that cannot be read raises (OSError,
+    EOFError, tarfile.ReadError or lzma.LZMAError)."""
     a = Path(trial_dir) / ARCHIVE
     try:
         st = a.stat()
     except FileNotFoundError:
-        return {}
+        p = packed(trial_dir)
+        if p is None:
+            return {}
+        from latency_divide.trial import packs
+
+        return {k: v for k, v in packs.files_of(p).items() if k != META}
     return dict(_read_archive(str(a), (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)))
 
 
@@ -90,9 +108,13 @@ def read_bytes(trial_dir: Path | str, name: str) -> bytes:
             return p.read_bytes()
         with gzip.open(p, "rb") as f:
             return f.read()
-    packed = members(trial_dir)
-    if name in packed:
-        return packed[name]
+    inside = members(trial_dir)
+    if name in inside:
+        return inside[name]
+    if name == META and (pk := packed(trial_dir)) is not None:
+        from latency_divide.trial import packs
+
+        return packs.files_of(pk)[META]
     raise FileNotFoundError(f"{Path(trial_dir) / name} (or .gz, or in {ARCHIVE}) is missing")
 
 
@@ -104,7 +126,7 @@ def read_text(trial_dir: Path | str, name: str) -> str:
 def full_meta(trial_dir: Path | str) -> dict:
     """meta.json with, for format 4, the set-up records of the archive's setup.json merged
     back under their keys (layout.SETUP_KEYS): the same dict for every format."""
-    meta = json.loads((Path(trial_dir) / META).read_text())
+    meta = json.loads(read_bytes(trial_dir, META))
     if isinstance(meta, dict) and meta.get("archive") and exists(trial_dir, SETUP_JSON):
         meta.update(json.loads(read_bytes(trial_dir, SETUP_JSON)))
     return meta

@@ -1,0 +1,256 @@
+"""Packs: a definition's published trials in one solid archive (format 5's published form).
+
+A trial of format 4 is two files (meta.json, logs.tar.xz). In a DVC remote, and to `dvc pull`,
+each file costs about 2 ms however small, so published data grew in files with every trial
+(bench/bench_reanalysis.py). A pack holds many trials of one definition:
+
+    results/raw/<definition id>/packs/pack-0001.tar.xz   the trials' files
+    results/raw/<definition id>/packs/pack-0001.json     its index
+
+The archive is a deterministic tar (members sorted, time 0, owner 0, mode 0644) of every
+trial's files as readers see them: ``<household>/<direction>/<variant>/rep<r>/meta.json`` with
+the bytes of the trial's meta.json, and beside it each member of the trial's logs.tar.xz, its
+bytes unchanged; the tar is compressed once with xz (:data:`XZ_FILTERS`), so the logs of many
+trials share one dictionary (bench/bench_packs.py: 6.4 KB a trial against 11.6). The index
+names the archive's sha256 and size and, per trial, every member's size and sha256: a trial in a
+pack is checked, traced and read member by member, as a loose one is file by file.
+
+A pack is written once and never changed: :func:`build` writes the archive and the index under
+temporary names, reads the archive back and compares every member with the trial's own files,
+and only then renames them (index last: a pack without its index is not a pack). The next pack
+of a definition takes the next number.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from latency_divide.errors import LatencyDivideError
+from latency_divide.fsio import json_text
+from latency_divide.trial.layout import ARCHIVE, META
+
+PACKS_DIR = "packs"
+PACK_RE = re.compile(r"\Apack-(?P<n>\d{4})\.tar\.xz\Z")
+INDEX_FORMAT = 1
+
+#: xz settings of a pack: preset 9 with the dictionary at its 64 MiB, no literal-context bits
+#: (text); one pack of 576 population trials (53 MB of logs) compresses in about a minute
+XZ_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9, "lc": 0, "lp": 0, "pb": 0}]
+
+
+class PackError(LatencyDivideError):
+    """A pack that cannot be written, or that is not what its index says."""
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Where a trial of a pack is: the archive and the trial's key in it."""
+
+    archive: Path
+    key: str  # "<household>/<direction>/<variant>/rep<r>"
+    members: dict  # member name -> [size, sha256] (the index's record)
+
+
+def trial_key(trial_dir: Path | str) -> str:
+    """A trial's key in its definition's packs: the last four parts of its path."""
+    return "/".join(Path(trial_dir).parts[-4:])
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def index_path(archive: Path) -> Path:
+    return archive.with_name(archive.name.removesuffix(".tar.xz") + ".json")
+
+
+def trial_files(trial_dir: Path | str) -> dict[str, bytes]:
+    """A loose trial's files as a pack holds them: meta.json and the members of logs.tar.xz.
+    Only the two-file form (format 4, or repacked) can be packed."""
+    from latency_divide.trial import rawio
+
+    d = Path(trial_dir)
+    other = sorted(f.name for f in d.iterdir() if f.name not in (META, ARCHIVE))
+    if other or not (d / ARCHIVE).is_file() or not (d / META).is_file():
+        raise PackError(f"{d}: not a trial of two files ({META}, {ARCHIVE})"
+                        + (f"; it also has {', '.join(other)}" if other else "")
+                        + " (`latency-divide repack` makes older trials so)")
+    files = dict(rawio.members(d))
+    if META in files:
+        raise PackError(f"{d}: its {ARCHIVE} has a member named {META}")
+    files[META] = (d / META).read_bytes()
+    return files
+
+
+def archives(def_dir: Path | str) -> list[Path]:
+    """The packs of a definition directory, by number (only those with their index)."""
+    p = Path(def_dir) / PACKS_DIR
+    if not p.is_dir():
+        return []
+    return sorted(a for a in p.iterdir() if PACK_RE.match(a.name) and index_path(a).is_file())
+
+
+def read_index(archive: Path) -> dict:
+    try:
+        idx = json.loads(index_path(archive).read_text())
+    except (OSError, ValueError) as e:
+        raise PackError(f"{index_path(archive)}: not a readable index ({e})") from e
+    if not isinstance(idx, dict) or idx.get("format") != INDEX_FORMAT:
+        raise PackError(f"{index_path(archive)}: index format {idx.get('format')!r} "
+                        f"(this code reads {INDEX_FORMAT})" if isinstance(idx, dict) else
+                        f"{index_path(archive)}: not a JSON object")
+    return idx
+
+
+def _stamp(paths) -> tuple:
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append((str(p), st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def trials_in(def_dir: Path | str) -> dict[str, Packed]:
+    """Every packed trial of a definition directory by key."""
+    arcs = archives(def_dir)
+    return _trials_in(tuple(arcs), _stamp(index_path(a) for a in arcs))
+
+
+@functools.lru_cache(maxsize=64)
+def _trials_in(arcs: tuple, _stamp: tuple) -> dict[str, Packed]:
+    out: dict[str, Packed] = {}
+    for a in arcs:
+        for key, members in read_index(a)["trials"].items():
+            if key in out:
+                raise PackError(f"{a}: trial {key} is also in {out[key].archive}")
+            out[key] = Packed(a, key, members)
+    return out
+
+
+def find(trial_dir: Path | str) -> Packed | None:
+    """The pack that holds ``trial_dir`` (results/raw/<def>/<hh>/<dir>/<variant>/rep<r>)."""
+    d = Path(trial_dir)
+    if len(d.parts) < 5:
+        return None
+    return trials_in(d.parents[3]).get(trial_key(d))
+
+
+def read_archive(archive: Path) -> dict[str, dict[str, bytes]]:
+    """Every trial's files of a pack, by key then member name (decompressed once, cached)."""
+    st = archive.stat()
+    return _read_archive(str(archive), (st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=2)
+def _read_archive(path: str, _stamp: tuple) -> dict[str, dict[str, bytes]]:
+    out: dict[str, dict[str, bytes]] = {}
+    data = lzma.decompress(Path(path).read_bytes(), format=lzma.FORMAT_XZ)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for m in tar:
+            if m.isfile():
+                parts = m.name.split("/")
+                f = tar.extractfile(m)
+                out.setdefault("/".join(parts[:4]), {})["/".join(parts[4:])] = (
+                    f.read() if f else b"")
+    return out
+
+
+def files_of(p: Packed) -> dict[str, bytes]:
+    """A packed trial's files by member name."""
+    return read_archive(p.archive).get(p.key, {})
+
+
+def _tar(trials: dict[str, dict[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for key in sorted(trials):
+            for name in sorted(trials[key]):
+                data = trials[key][name]
+                info = tarfile.TarInfo(f"{key}/{name}")
+                info.size, info.mtime, info.mode = len(data), 0, 0o644
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
+    """Pack ``trial_dirs`` (loose trials of ``def_dir``) into the definition's next pack;
+    return the archive. The loose trials are left in place (the caller removes them)."""
+    def_dir = Path(def_dir)
+    if not trial_dirs:
+        raise PackError(f"{def_dir}: no trial to pack")
+    packed = trials_in(def_dir)
+    trials: dict[str, dict[str, bytes]] = {}
+    for d in trial_dirs:
+        d = Path(d)
+        if d.parents[3] != def_dir:
+            raise PackError(f"{d}: not a trial of {def_dir}")
+        key = trial_key(d)
+        if key in packed:
+            raise PackError(f"{d}: already in {packed[key].archive}")
+        trials[key] = trial_files(d)
+    arcs = archives(def_dir)
+    n = int(PACK_RE.match(arcs[-1].name)["n"]) + 1 if arcs else 1
+    out = def_dir / PACKS_DIR / f"pack-{n:04d}.tar.xz"
+    if out.exists() or index_path(out).exists():
+        raise PackError(f"{out}: exists without its index, or with it: a pack cut short? "
+                        f"remove it (it was never complete) and pack again")
+    data = lzma.compress(_tar(trials), format=lzma.FORMAT_XZ, filters=XZ_FILTERS)
+    index = {"format": INDEX_FORMAT, "definition_id": def_dir.name,
+             "archive": {"name": out.name, "size": len(data), "sha256": sha256(data)},
+             "trials": {k: {name: [len(b), sha256(b)] for name, b in sorted(v.items())}
+                        for k, v in sorted(trials.items())}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp, tmp_idx = out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.json.tmp")
+    try:
+        tmp.write_bytes(data)
+        if _read_archive(str(tmp), (0,)) != trials:
+            raise PackError(f"{out}: the archive does not give back the trials' files")
+        tmp_idx.write_text(json_text(index))
+        for f in (tmp, tmp_idx):
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, out)
+        os.replace(tmp_idx, index_path(out))
+    finally:
+        _read_archive.cache_clear()
+        for f in (tmp, tmp_idx):
+            f.unlink(missing_ok=True)
+    return out
+
+
+def check(archive: Path) -> list[str]:
+    """What is wrong with a pack against its index (empty when intact)."""
+    idx = read_index(archive)
+    try:
+        data = archive.read_bytes()
+    except OSError as e:
+        return [f"{archive}: unreadable ({e})"]
+    rec = idx.get("archive", {})
+    if len(data) != rec.get("size") or sha256(data) != rec.get("sha256"):
+        return [f"{archive}: its sha256 or size is not the one its index records"]
+    try:
+        got = read_archive(archive)
+    except (lzma.LZMAError, tarfile.ReadError, EOFError, OSError) as e:
+        return [f"{archive}: not a readable pack ({e})"]
+    found = []
+    for key in sorted(set(idx["trials"]) | set(got)):
+        want, have = idx["trials"].get(key), got.get(key)
+        if want is None or have is None:
+            found.append(f"{archive}: trial {key} is {'not in the index' if want is None else 'missing'}")
+            continue
+        have_rec = {n: [len(b), sha256(b)] for n, b in have.items()}
+        for name in sorted(set(want) | set(have_rec)):
+            if want.get(name) != have_rec.get(name):
+                found.append(f"{archive}: {key}/{name} is not what the index records")
+    return found

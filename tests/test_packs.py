@@ -1,0 +1,113 @@
+"""Packs (trial.packs): a definition's trials in one solid archive with an index, read by every
+reader exactly as the loose trials they were made from."""
+
+import json
+import shutil
+
+import pytest
+
+from latency_divide.analysis.metrics import summarize_trial
+from latency_divide.analysis.reader import TrialInvalid, load_trial
+from latency_divide.trial import packs, rawio
+
+from conftest import ROOT
+from test_rawio import _as_format4
+
+DEF = ROOT / "tests" / "data" / "trials" / "def-062df6263f"
+SOURCES = [DEF / "13570" / "uplink" / "cubic" / "rep1", DEF / "799254" / "uplink" / "cubic" / "rep1",
+           DEF / "9254" / "downlink" / "cubic" / "rep1"]
+
+
+def _loose(tmp_path, name="raw"):
+    """The fixture trials as format-4 trials under tmp_path/<name>/def-062df6263f."""
+    out = []
+    for src in SOURCES:
+        base = tmp_path / f"{name}-{len(out)}"
+        d = _as_format4(src, base)
+        dst = tmp_path / name / d.relative_to(base)
+        if not (tmp_path / name / DEF.name).exists():
+            shutil.copytree(base / DEF.name, tmp_path / name / DEF.name,
+                            ignore=lambda _d, names: [n for n in names if n.isdigit()])
+        shutil.copytree(d, dst)
+        out.append(dst)
+    return out
+
+
+def test_a_pack_gives_back_every_file_and_the_same_rows(tmp_path):
+    loose = _loose(tmp_path)
+    keep = tmp_path / "keep"
+    shutil.copytree(tmp_path / "raw", keep)
+    def_dir = loose[0].parents[3]
+    rows = {d: summarize_trial(d) for d in loose}
+    files = {d: packs.trial_files(d) for d in loose}
+    arc = packs.build(def_dir, loose)
+    assert arc == def_dir / "packs" / "pack-0001.tar.xz"
+    idx = json.loads(packs.index_path(arc).read_text())
+    assert set(idx["trials"]) == {packs.trial_key(d) for d in loose}
+    assert packs.check(arc) == []
+    for d in loose:
+        shutil.rmtree(d)  # only the pack has them now
+    for d in loose:
+        p = rawio.packed(d)
+        assert p is not None and p.archive == arc
+        assert packs.files_of(p) == files[d]
+        assert idx["trials"][p.key]["meta.json"][1] == packs.sha256(files[d]["meta.json"])
+        got, want = summarize_trial(d), rows[d]
+        assert set(got) == set(want)
+        for k, v in want.items():  # every number: the same bytes, stored otherwise
+            assert got[k] == v or (v != v and got[k] != got[k]), k
+        assert rawio.full_meta(d) == rawio.full_meta(keep / d.relative_to(tmp_path / "raw"))
+    # the same trials give the same bytes (no time, owner or order that varies)
+    again = _loose(tmp_path, "raw2")
+    arc2 = packs.build(again[0].parents[3], list(reversed(again)))
+    assert arc2.read_bytes() == arc.read_bytes()
+    assert packs.index_path(arc2).read_bytes() == packs.index_path(arc).read_bytes()
+
+
+def test_the_next_pack_takes_the_next_number_and_no_trial_is_packed_twice(tmp_path):
+    loose = _loose(tmp_path)
+    def_dir = loose[0].parents[3]
+    packs.build(def_dir, loose[:1])
+    with pytest.raises(packs.PackError, match="already in .*pack-0001"):
+        packs.build(def_dir, loose[:2])
+    assert packs.build(def_dir, loose[1:]).name == "pack-0002.tar.xz"
+    assert len(packs.trials_in(def_dir)) == 3
+
+
+def test_only_two_file_trials_are_packed(tmp_path):
+    src = SOURCES[0]
+    d = tmp_path / src.relative_to(DEF.parent)
+    shutil.copytree(src, d)
+    with pytest.raises(packs.PackError, match=r"not a trial of two files .*ping\.log\.gz.*repack"):
+        packs.build(d.parents[3], [d])
+    assert not (d.parents[3] / "packs").exists()
+
+
+def test_a_damaged_pack_is_named(tmp_path):
+    loose = _loose(tmp_path)
+    arc = packs.build(loose[0].parents[3], loose)
+    for d in loose:
+        shutil.rmtree(d)
+    data = bytearray(arc.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    arc.write_bytes(bytes(data))
+    assert any("sha256" in f for f in packs.check(arc))
+    with pytest.raises(TrialInvalid, match="cannot read"):
+        load_trial(loose[0])
+    # an index that says otherwise than the archive
+    good = _loose(tmp_path, "raw2")
+    arc = packs.build(good[0].parents[3], good)
+    idx = json.loads(packs.index_path(arc).read_text())
+    key = packs.trial_key(good[0])
+    idx["trials"][key]["ping.log"][1] = "0" * 64
+    packs.index_path(arc).write_text(json.dumps(idx))
+    assert packs.check(arc) == [f"{arc}: {key}/ping.log is not what the index records"]
+
+
+def test_a_trial_in_no_pack_is_not_a_trial(tmp_path):
+    loose = _loose(tmp_path)
+    packs.build(loose[0].parents[3], loose[:2])
+    shutil.rmtree(loose[2])
+    assert rawio.packed(loose[2]) is None
+    with pytest.raises(TrialInvalid, match="nor a trial of its definition's packs"):
+        load_trial(loose[2])
