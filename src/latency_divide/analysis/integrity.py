@@ -237,7 +237,14 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=(),
     d = Path(d)
     found: list[Finding] = []
     if not d.is_dir():
-        return [Finding(str(d), "", "missing: not a directory")]
+        try:
+            packed = rawio.packed(d)
+        except (LatencyDivideError, *rawio.UNREADABLE) as e:
+            return [Finding(str(d), "", f"its definition's packs cannot be read ({e})")]
+        if packed is None:
+            return [Finding(str(d), "", "missing: not a directory, nor in its definition's "
+                                        "packs")]
+        return _check_packed(d, packed)
     intact = _check_pins(d, _rel(d, repo), pins, found, cache)
     meta_file = d / META
     try:
@@ -266,6 +273,43 @@ def check_trial(d: Path | str, repo: Path | None = None, pins=(),
     return found
 
 
+def _check_packed(d: Path, packed) -> list[Finding]:
+    """A trial in a pack: the pack's bytes against its index, the trial's members against
+    the index's record of them, then the checks of a loose trial (its readable files, its
+    identity)."""
+    from latency_divide.trial import packs
+
+    where = str(packed.archive)
+    found = [Finding(where, "", w.split(": ", 1)[-1]) for w in packs.check_archive(packed.archive)]
+    if found:
+        return found
+    try:
+        files = packs.files_of(packed)
+    except rawio.UNREADABLE as e:
+        return [Finding(where, "", f"not a readable pack ({e or 'cut short'})")]
+    got = {n: [len(b), packs.sha256(b)] for n, b in files.items()}
+    for name in sorted(set(got) | set(packed.members)):
+        if got.get(name) != packed.members.get(name):
+            found.append(Finding(str(d), name, f"is not what {where}'s index records"))
+    try:
+        meta = json.loads(files[META])
+    except (KeyError, ValueError) as e:
+        return found + [Finding(str(d), META, f"missing or not valid JSON ({e})")]
+    if not isinstance(meta, dict) or meta.get("format_version") not in READABLE_FORMATS:
+        return found + [Finding(str(d), META, "not a meta.json this code reads")]
+    for name in REQUIRED_LOGS:
+        if name not in files:
+            found.append(Finding(str(d), name, f"missing from its pack {where}"))
+    for name, data in files.items():
+        if name.endswith(".json"):
+            try:
+                json.loads(data)
+            except ValueError as e:
+                found.append(Finding(str(d), name, f"not valid JSON ({e})"))
+    _check_identity(d, rawio.full_meta(d), found)
+    return found
+
+
 class Checker:
     """:func:`check_trial` against one repository's dvc.lock, read once (its manifests list
     every published file): ``Checker(repo).check(d)``. The tables check each trial just before
@@ -278,9 +322,29 @@ class Checker:
         except DataCheckError as e:
             raise LatencyDivideError(f"cannot check the trials against dvc.lock: {e}") from None
         self.cache = object_dirs(self.repo)[0] if self.pins else None  # the local cache first
+        self._pack_dirs: dict[Path, list[Finding]] = {}
 
     def check(self, d: Path | str) -> list[Finding]:
-        return check_trial(Path(d), self.repo, self.pins, self.cache)
+        d = Path(d)
+        found = check_trial(d, self.repo, self.pins, self.cache)
+        if not d.is_dir() and not found:
+            packed = rawio.packed(d)
+            found = self.check_pack(packed.archive) if packed is not None else []
+        return found
+
+    def check_pack(self, archive: Path) -> list[Finding]:
+        """A pack (trial.packs) whose parsed cache is read instead of its trials: its bytes
+        against its index, and the files of its directory against dvc.lock's pins (once)."""
+        from latency_divide.trial import packs
+
+        found = [Finding(str(archive), "", what.split(": ", 1)[-1])
+                 for what in packs.check_archive(archive)]
+        d = archive.parent
+        if d not in self._pack_dirs:
+            pinned: list[Finding] = []
+            _check_pins(d, _rel(d, self.repo), self.pins, pinned)
+            self._pack_dirs[d] = pinned
+        return found + self._pack_dirs[d]
 
 
 def check_trials(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> list[Finding]:

@@ -17,6 +17,7 @@ schema version and name when reading it back.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from dataclasses import dataclass
@@ -143,6 +144,46 @@ def _parse(d: Path | str):
     return ("ok", row, {k: trial.keys[k] for k in KEYS}, series)
 
 
+def _from_caches(dirs: list, checker) -> list[tuple[int, tuple]]:
+    """(index in ``dirs``, result as :func:`_process` gives it) of every packed trial whose
+    pack has a parsed cache of this code (analysis.parsedcache); with a ``checker``, each such
+    pack is checked once instead of its trials one by one."""
+    from latency_divide.analysis import parsedcache
+    from latency_divide.trial import packs
+    from latency_divide.trial.layout import META
+
+    by_pack: dict[Path, list[tuple[int, Path, str]]] = {}
+    for i, d in enumerate(dirs):
+        d = Path(d)
+        if not (d / META).exists() and (p := packs.find(d)) is not None:
+            by_pack.setdefault(p.archive, []).append((i, d, p.key))
+    out: list[tuple[int, tuple]] = []
+    code = parsedcache.code_key() if by_pack else ""
+    for archive, items in by_pack.items():
+        cache, why = parsedcache.load(archive, code)
+        if cache is None:
+            logging.info("%s: %s: parsing its %d trials", archive, why, len(items))
+            continue
+        found = checker.check_pack(archive) if checker is not None else []
+        if found:
+            out.extend((i, ("findings", found if n == 0 else [])) for n, (i, _, _) in
+                       enumerate(items))
+            continue
+        records = cache.trials.to_dict("records")
+        for i, d, key in items:
+            e = cache.entries.get(key)
+            if e is None:
+                continue  # not in the cache: parsed
+            if e["status"] == "skip":
+                out.append((i, ("skip", TrialInvalid(d, e["reason"]))))
+                continue
+            row = dict(records[e["row"]], trial_path=d.as_posix())
+            series = {s: {c: v[e[s][0]:e[s][1]] for c, v in cache.series[s].items()}
+                      for s in parsedcache.SERIES}
+            out.append((i, ("ok", row, {k: row[k] for k in KEYS}, series)))
+    return out
+
+
 def collect(trial_dirs: Iterable[Path | str], jobs: int = 1, checker=None) -> Tables:
     """Parse every trial (in ``jobs`` worker processes when > 1); skip, with a
     :class:`TrialSkipped` warning naming it, every trial that cannot be used. With a
@@ -150,19 +191,27 @@ def collect(trial_dirs: Iterable[Path | str], jobs: int = 1, checker=None) -> Ta
     and any finding raises DataIntegrityError listing them all."""
     global _CHECKER
     dirs = list(trial_dirs)
+    results: list = [None] * len(dirs)
+    for i, res in _from_caches(dirs, checker):
+        results[i] = res
+    todo = [i for i, r in enumerate(results) if r is None]
+    parse = [dirs[i] for i in todo]
     _CHECKER = checker
     try:
-        if jobs > 1 and len(dirs) > 1:
+        if jobs > 1 and len(parse) > 1:
             from concurrent.futures import ProcessPoolExecutor
 
             # the checker reaches each worker once, by its initializer (any start method)
             with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
                                      initargs=(checker,)) as ex:
-                results = list(ex.map(_process, dirs, chunksize=max(1, len(dirs) // (4 * jobs))))
+                parsed = list(ex.map(_process, parse,
+                                     chunksize=max(1, len(parse) // (4 * jobs))))
         else:
-            results = [_process(d) for d in dirs]
+            parsed = [_process(d) for d in parse]
     finally:
         _CHECKER = None
+    for i, res in zip(todo, parsed):
+        results[i] = res
     findings = [f for res in results if res[0] == "findings" for f in res[1]]
     if findings:
         from latency_divide.analysis.integrity import DataIntegrityError

@@ -229,8 +229,20 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
     return out
 
 
-def check(archive: Path) -> list[str]:
-    """What is wrong with a pack against its index (empty when intact)."""
+def check_archive(archive: Path) -> list[str]:
+    """:func:`check` of the archive's bytes only, once per archive and version of it."""
+    st = archive.stat()
+    return list(_check_archive(str(archive), (st.st_ino, st.st_mtime_ns, st.st_size)))
+
+
+@functools.lru_cache(maxsize=256)
+def _check_archive(path: str, _stamp: tuple) -> tuple[str, ...]:
+    return tuple(check(Path(path), members=False))
+
+
+def check(archive: Path, members: bool = True) -> list[str]:
+    """What is wrong with a pack against its index (empty when intact): its bytes, and with
+    ``members`` every trial's members (the index was checked against them when written)."""
     idx = read_index(archive)
     try:
         data = archive.read_bytes()
@@ -239,6 +251,8 @@ def check(archive: Path) -> list[str]:
     rec = idx.get("archive", {})
     if len(data) != rec.get("size") or sha256(data) != rec.get("sha256"):
         return [f"{archive}: its sha256 or size is not the one its index records"]
+    if not members:
+        return []
     try:
         got = read_archive(archive)
     except (lzma.LZMAError, tarfile.ReadError, EOFError, OSError) as e:
