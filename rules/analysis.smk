@@ -1,15 +1,17 @@
-# Stage 4: analysis. Every complete trial directory (its meta.json, from rules/common.smk's
-# trial_targets()) -> typed Parquet tables under results/tables/ (TABLE_FILES in common.smk).
+# Stage 4: analysis. Every complete trial (its meta.json, or its pack: rules/common.smk's
+# trial_inputs()) -> typed Parquet tables under results/tables/ (TABLE_FILES in common.smk).
 # A trial directory that cannot be used is named in the log and left out; none usable is an
-# error. Inputs are the meta.json files only: the trial rule's own inputs are `ancient`, so raw
+# error. Inputs are the meta.json files and packs only: the trial rule's own inputs are `ancient`, so raw
 # data restored by DVC (no mtimes kept) re-runs this cheap rule at most, never a trial.
 
 
 rule analysis_tables:
     input:
-        metas=trial_targets(),
+        trial_inputs(),
     output:
         **TABLE_FILES,
+    params:
+        metas=TRIAL_METAS,
     threads: 2
     conda:
         "../envs/analysis.yaml"
@@ -27,13 +29,13 @@ if COMPANIONS_PRESENT:
 
     rule companion_tables:
         input:
-            **{f"{companion_key(_c)}__metas": _c.metas() for _c in COMPANIONS_PRESENT},
+            [f for _c in COMPANIONS_PRESENT for f in _c.inputs()],
         output:
             **{f"{companion_key(_c)}__{k}": v for _c in COMPANIONS_PRESENT
                for k, v in {**table_files(_c.root), **percentile_files(_c.root, _c.cfg)}.items()},
         params:
-            companions=[{"key": companion_key(_c), "name": _c.name, "seed": _c.cfg.seed}
-                        for _c in COMPANIONS_PRESENT],
+            companions=[{"key": companion_key(_c), "name": _c.name, "seed": _c.cfg.seed,
+                         "metas": _c.metas()} for _c in COMPANIONS_PRESENT],
         threads: 2
         conda:
             "../envs/analysis.yaml"

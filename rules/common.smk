@@ -7,6 +7,7 @@ from latency_divide.config import load_config
 from latency_divide.trial.layout import ID_PATTERN
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
+from latency_divide.trial.packs import split as split_packed
 from latency_divide.ops.admission import trial_host_load as admission_host_load
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import make_linkplan
@@ -61,9 +62,21 @@ def trial_host_load(wildcards):
                                busy_s=CFG.trial.idle_s + CFG.trial.duration_s)
 
 
+TRIAL_METAS = [str(trial_meta_path("results/raw", *t)) for t in TRIALS]
+# (meta.json of each trial not in a pack, the pack files the others are read from): a packed
+# trial (latency_divide.trial.packs: published, in its definition's packs) is complete
+LOOSE_METAS, PACK_FILES = split_packed(TRIAL_METAS)
+
+
 def trial_targets():
-    """meta.json of every trial of the run (a trial directory is complete iff it has one)."""
-    return [str(trial_meta_path("results/raw", *t)) for t in TRIALS]
+    """meta.json of every trial of the run that is not in a pack (a trial directory is
+    complete iff it has one)."""
+    return LOOSE_METAS
+
+
+def trial_inputs():
+    """What the tables read: the loose trials' meta.json and the packs of the others."""
+    return LOOSE_METAS + PACK_FILES
 
 
 # Analysis and figures (rules/analysis.smk, rules/figures.smk; those files register these

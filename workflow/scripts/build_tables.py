@@ -7,4 +7,4 @@ from latency_divide.analysis.jobs import tables_job
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
 logging.captureWarnings(True)  # excluded trials (TrialSkipped) are named in the log
-tables_job(snakemake.input.metas, snakemake.output.trials, snakemake.threads)
+tables_job(snakemake.params.metas, snakemake.output.trials, snakemake.threads)

@@ -10,7 +10,7 @@ logging.captureWarnings(True)  # excluded trials (TrialSkipped) are named in the
 for c in snakemake.params.companions:
     key = c["key"]
     trials = snakemake.output[f"{key}__trials"]
-    tables_job(snakemake.input[f"{key}__metas"], trials, snakemake.threads,
+    tables_job(c["metas"], trials, snakemake.threads,
                what=f"companion {c['name']}")
     percentiles = getattr(snakemake.output, f"{key}__percentiles", None)
     if percentiles is not None:  # a population run

@@ -59,8 +59,17 @@ class Companion:
         from latency_divide.trial.layout import trial_meta_path
         return [str(trial_meta_path(raw_root, *t)) for t in self.trials]
 
+    def inputs(self, raw_root: str = RAW.as_posix(), base: Path = Path(".")) -> list[str]:
+        """What its tables read: its loose trials' meta.json and its packs' files."""
+        from latency_divide.trial.packs import split
+        loose, pack_files = split(self.metas(raw_root), base)
+        return loose + pack_files
+
     def missing(self, raw_root: str = RAW.as_posix(), base: Path = Path(".")) -> list[str]:
-        return [m for m in self.metas(raw_root) if not (base / m).exists()]
+        """Its trials neither on disk nor in a pack."""
+        from latency_divide.trial.packs import split
+        loose, _ = split(self.metas(raw_root), base)
+        return [m for m in loose if not (base / m).exists()]
 
 
 def load_companions(paths, base: Path = Path("."), data=None) -> list[Companion]:

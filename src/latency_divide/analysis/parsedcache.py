@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latency_divide.fsio import json_text
-from latency_divide.trial.packs import index_path
+from latency_divide.trial.packs import _cache_files, index_path
 
 #: The modules whose code makes a trial's row and series (tests/test_parsedcache.py checks that
 #: parsing loads no other module of ours).
@@ -92,9 +92,8 @@ def _path(archive: Path, part: str) -> Path:
 
 
 def files(archive: Path) -> list[Path]:
-    """The cache's files of a pack (present or not)."""
-    return [_path(archive, "parsed.json"), _path(archive, "trials.parquet"),
-            *(_path(archive, f"{s}.parquet") for s in SERIES)]
+    """The cache's files of a pack (present or not; trial.packs names them too)."""
+    return _cache_files(archive)
 
 
 def _parquet(df: pd.DataFrame) -> bytes:
@@ -197,3 +196,31 @@ def build(archive: Path) -> int:
     keys = sorted(read_index(archive)["trials"])
     write(archive, {k: _parse(def_dir / k) for k in keys})
     return len(keys)
+
+
+def pack_definition(def_dir: Path) -> Path | None:
+    """Pack a definition's loose trials (trial.packs.build), check the pack member by member,
+    remove the loose trials, then write the pack's parsed cache (:func:`build`, from the pack);
+    the new archive, or None when there was nothing to pack."""
+    import shutil
+
+    from latency_divide.trial import packs
+    from latency_divide.trial.layout import META
+
+    loose = sorted(p.parent for p in Path(def_dir).glob(f"*/*/*/rep*/{META}"))
+    if not loose:
+        return None
+    archive = packs.build(def_dir, loose)
+    problems = packs.check(archive)
+    if problems:
+        raise packs.PackError("; ".join(problems))
+    for d in loose:  # the pack is complete and checked: the loose copies go
+        shutil.rmtree(d)
+    for parent in sorted({q for d in loose for q in list(d.parents)[:3]},
+                         key=lambda q: -len(q.parts)):
+        try:
+            parent.rmdir()
+        except OSError:
+            pass
+    build(archive)
+    return archive

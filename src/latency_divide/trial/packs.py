@@ -268,3 +268,35 @@ def check(archive: Path, members: bool = True) -> list[str]:
             if want.get(name) != have_rec.get(name):
                 found.append(f"{archive}: {key}/{name} is not what the index records")
     return found
+
+
+def split(metas, base: Path = Path(".")) -> tuple[list[str], list[str]]:
+    """The trials of ``metas`` (meta.json paths) as the workflow sees them: (the meta.json of
+    every trial not in a pack, loose or still to be measured, in order; the files of the packs
+    that hold the others, each once: archive, index and parsed cache where present).
+
+    A trial both loose and in a pack is taken as loose (publishing packs loose trials and then
+    removes them; in between, the pack is not yet read)."""
+    loose: list[str] = []
+    pack_files: dict[str, None] = {}
+    for m in metas:
+        d = Path(m).parent
+        if (base / m).exists():
+            loose.append(str(m))
+            continue
+        p = find(base / d)
+        if p is None:
+            loose.append(str(m))
+            continue
+        rel = p.archive.relative_to(base) if base != Path(".") else p.archive
+        for f in (rel, index_path(rel), *_cache_files(rel)):
+            if (base / f).exists():
+                pack_files.setdefault(str(f))
+    return loose, list(pack_files)
+
+
+def _cache_files(archive: Path) -> list[Path]:
+    stem = archive.name.removesuffix(".tar.xz")
+    return [archive.with_name(f"{stem}.{part}") for part in
+            ("parsed.json", "trials.parquet", "ping.parquet", "queue.parquet",
+             "throughput.parquet")]
