@@ -111,3 +111,35 @@ def test_a_trial_in_no_pack_is_not_a_trial(tmp_path):
     assert rawio.packed(loose[2]) is None
     with pytest.raises(TrialInvalid, match="nor a trial of its definition's packs"):
         load_trial(loose[2])
+
+
+def test_a_figure_of_packed_trials_traces_to_the_pack_members(tmp_path):
+    import pandas as pd
+
+    from latency_divide.analysis.provenance import build_sidecar, verify, write_sidecar
+
+    loose = _loose(tmp_path)
+    rows = pd.DataFrame([summarize_trial(d) for d in loose])
+    arc = packs.build(loose[0].parents[3], loose)
+    for d in loose:
+        shutil.rmtree(d)
+    fig = tmp_path / "f.pdf"
+    fig.write_bytes(b"%PDF")
+    rec = build_sidecar(fig, [fig], rows)
+    assert {t["pack"] for t in rec["trials"]} == {arc.as_posix()}
+    assert all("ping.log" in t["files"] and "meta.json" in t["files"] for t in rec["trials"])
+    side = tmp_path / "f.provenance.json"
+    write_sidecar(rec, side)
+    res = verify(fig, root=tmp_path)
+    assert res.ok and res.checked == 1 + sum(len(t["files"]) for t in rec["trials"])
+    # another pack in its place: every changed member is named
+    other = _loose(tmp_path, "raw2")
+    meta = json.loads((other[0] / "meta.json").read_text())
+    meta["note"] = "changed"
+    (other[0] / "meta.json").write_text(json.dumps(meta))
+    arc.unlink()
+    packs.index_path(arc).unlink()
+    shutil.copy(packs.build(other[0].parents[3], other), arc)
+    res = verify(fig, root=tmp_path)
+    assert [m.split(": ")[0] for m in res.mismatches] == \
+        [f"{arc.as_posix()}:{packs.trial_key(other[0])}/meta.json"]

@@ -68,12 +68,18 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
     cols = ["trial_path", "definition_id", "config_hash", "household_id", "price_bucket",
             "direction", "variant", "repetition"]
     for r in trials[cols].sort_values("trial_path").itertuples(index=False):
-        recs.append({"path": r.trial_path, "definition_id": r.definition_id,
-                     "config_hash": r.config_hash or None,
-                     "household_id": int(r.household_id),
-                     "price_bucket": str(r.price_bucket), "direction": r.direction,
-                     "variant": r.variant, "repetition": int(r.repetition),
-                     "files": _trial_hashes(r.trial_path)})
+        rec = {"path": r.trial_path, "definition_id": r.definition_id,
+               "config_hash": r.config_hash or None,
+               "household_id": int(r.household_id),
+               "price_bucket": str(r.price_bucket), "direction": r.direction,
+               "variant": r.variant, "repetition": int(r.repetition)}
+        packed = None if os.path.isdir(r.trial_path) else _packed(r.trial_path)
+        if packed is not None:  # its files are members of a pack (trial.packs)
+            rec["pack"] = packed.archive.as_posix()
+            rec["files"] = {name: h for name, (_size, h) in sorted(packed.members.items())}
+        else:
+            rec["files"] = _trial_hashes(r.trial_path)
+        recs.append(rec)
     return {
         "format_version": SIDECAR_FORMAT_VERSION,
         "figure": str(figure),
@@ -85,6 +91,12 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
         "households": hh,
         "trials": recs,
     }
+
+
+def _packed(path: str):
+    from latency_divide.trial import packs
+
+    return packs.find(Path(path))
 
 
 def _trial_hashes(path: str) -> dict[str, str]:
@@ -169,6 +181,9 @@ def verify(figure: Path | str, root: Path | str = ".") -> TraceResult:
     for p, h in (rec.get("tables") or {}).items():
         check(p, h)
     for t in rec.get("trials") or []:
+        if "pack" in t:
+            _verify_packed(t, root, res)
+            continue
         base = Path(t["path"])
         for name, h in t["files"].items():
             check((base / name).as_posix(), h)
@@ -178,6 +193,32 @@ def verify(figure: Path | str, root: Path | str = ".") -> TraceResult:
             for name in extra:
                 res.mismatches.append(f"{(base / name).as_posix()}: not in the recorded trial")
     return res
+
+
+def _verify_packed(t: dict, root: Path, res: TraceResult) -> None:
+    """A packed trial of a sidecar: every recorded member's sha256 against the pack's bytes."""
+    from latency_divide.trial import packs, rawio
+
+    arc = Path(t["pack"])
+    arc = arc if arc.is_absolute() else root / arc
+    key = packs.trial_key(t["path"])
+    try:
+        files = packs.read_archive(arc).get(key)
+    except FileNotFoundError:
+        files = None
+    except rawio.UNREADABLE as e:
+        res.checked += len(t["files"])
+        res.mismatches.append(f"{t['pack']}: not a readable pack ({e})")
+        return
+    for name, h in t["files"].items():
+        res.checked += 1
+        where = f"{t['pack']}:{key}/{name}"
+        if files is None or name not in files:
+            res.mismatches.append(f"{where}: missing (expected sha256 {h[:12]})")
+        elif (got := packs.sha256(files[name])) != h:
+            res.mismatches.append(f"{where}: sha256 {got[:12]} differs from recorded {h[:12]}")
+    for name in sorted(set(files or {}) - set(t["files"])):
+        res.mismatches.append(f"{t['pack']}:{key}/{name}: not in the recorded trial")
 
 
 def hash_names(path: Path) -> list[str]:
