@@ -143,3 +143,28 @@ def test_a_figure_of_packed_trials_traces_to_the_pack_members(tmp_path):
     res = verify(fig, root=tmp_path)
     assert [m.split(": ")[0] for m in res.mismatches] == \
         [f"{arc.as_posix()}:{packs.trial_key(other[0])}/meta.json"]
+
+
+def test_a_raw_tree_with_packs_is_checked_as_one_of_loose_trials(tmp_path):
+    from latency_divide.analysis.integrity import check_raw_tree
+
+    loose = _loose(tmp_path)
+    root = tmp_path / "raw"
+    assert check_raw_tree(root, tmp_path, keep_published=False) == []
+    packs.build(loose[0].parents[3], loose[:2])
+    for d in loose[:2]:
+        shutil.rmtree(d)
+    assert check_raw_tree(root, tmp_path, keep_published=False) == []
+    stray = loose[0].parents[3] / "packs" / "notes.txt"
+    stray.write_text("x")
+    found = check_raw_tree(root, tmp_path, keep_published=False)
+    assert [(f.file, f.what.split(" (")[0]) for f in found] == [("notes.txt", "not a file of a pack")]
+    stray.unlink()
+    # a member changed inside the pack while its index stayed: named
+    idx = json.loads(packs.index_path(packs.archives(loose[0].parents[3])[0]).read_text())
+    key = sorted(idx["trials"])[0]
+    idx["trials"][key]["queue.jsonl"][1] = "0" * 64
+    packs.index_path(packs.archives(loose[0].parents[3])[0]).write_text(json.dumps(idx))
+    packs._trials_in.cache_clear()
+    found = check_raw_tree(root, tmp_path, keep_published=False)
+    assert [f.file for f in found] == ["queue.jsonl"]

@@ -12,8 +12,9 @@ trial's files as readers see them: ``<household>/<direction>/<variant>/rep<r>/me
 the bytes of the trial's meta.json, and beside it each member of the trial's logs.tar.xz, its
 bytes unchanged; the tar is compressed once with xz (:data:`XZ_FILTERS`), so the logs of many
 trials share one dictionary (bench/bench_packs.py: 6.4 KB a trial against 11.6). The index
-names the archive's sha256 and size and, per trial, every member's size and sha256: a trial in a
-pack is checked, traced and read member by member, as a loose one is file by file.
+names the archive's sha256 and size and, per trial, every member's size and sha256 (a trial in a
+pack is checked, traced and read member by member, as a loose one is file by file) and the md5
+of the two files it was packed from (``sources``).
 
 A pack is written once and never changed: :func:`build` writes the archive and the index under
 temporary names, reads the archive back and compares every member with the trial's own files,
@@ -191,6 +192,7 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
         raise PackError(f"{def_dir}: no trial to pack")
     packed = trials_in(def_dir)
     trials: dict[str, dict[str, bytes]] = {}
+    sources: dict[str, dict[str, str]] = {}
     for d in trial_dirs:
         d = Path(d)
         if d.parents[3] != def_dir:
@@ -199,6 +201,8 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
         if key in packed:
             raise PackError(f"{d}: already in {packed[key].archive}")
         trials[key] = trial_files(d)
+        sources[key] = {name: hashlib.md5((d / name).read_bytes()).hexdigest()
+                        for name in (META, ARCHIVE)}
     arcs = archives(def_dir)
     n = int(PACK_RE.match(arcs[-1].name)["n"]) + 1 if arcs else 1
     out = def_dir / PACKS_DIR / f"pack-{n:04d}.tar.xz"
@@ -209,7 +213,10 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
     index = {"format": INDEX_FORMAT, "definition_id": def_dir.name,
              "archive": {"name": out.name, "size": len(data), "sha256": sha256(data)},
              "trials": {k: {name: [len(b), sha256(b)] for name, b in sorted(v.items())}
-                        for k, v in sorted(trials.items())}}
+                        for k, v in sorted(trials.items())},
+             # the md5 of each trial's files before it was packed (DVC pins md5s): a
+             # published trial packed later is found here with the files dvc.lock pinned
+             "sources": sources}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp, tmp_idx = out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.json.tmp")
     try:
