@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from latency_divide import limits
 from latency_divide.paths import RAW
@@ -41,6 +42,10 @@ def _publish_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replace-published", action="store_true",
                    help="allow published trials to be gone or changed (e.g. moved by `migrate`); "
                         "by default publishing only adds trials")
+    p.add_argument("--no-pack", action="store_true",
+                   help="publish loose trials as they are (by default each definition's loose "
+                        "trials go into a new pack with its parsed cache first: docs/data.md "
+                        "\"Packs\")")
 
 
 def _publish(args) -> int:
@@ -51,9 +56,33 @@ def _publish(args) -> int:
     findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published)
     if findings:
         raise DataIntegrityError(findings)
+    if not args.no_pack:
+        _pack_all(RAW)
+        findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published)
+        if findings:
+            raise DataIntegrityError(findings)
     publish(".", remote=args.remote, limit_bytes=int(args.limit_mb * 1_000_000),
             commit=not args.no_commit, log=lambda m: print(m, file=sys.stderr))
     return 0
+
+
+def _pack_all(raw: Path) -> None:
+    """Each definition's loose trials into a new pack with its parsed cache; the cache of
+    every older pack written again where it is for other code (analysis.parsedcache)."""
+    from latency_divide.analysis import parsedcache
+    from latency_divide.trial import packs
+
+    for d in sorted(Path(raw).glob("def-*")):
+        for arc in packs.archives(d):
+            cache, why = parsedcache.load(arc)
+            if cache is None:
+                n = parsedcache.build(arc)
+                print(f"{arc}: {why}: parsed its {n} trials again", file=sys.stderr)
+        arc = parsedcache.pack_definition(d)
+        if arc is not None:
+            n = len(packs.read_index(arc)["trials"])
+            print(f"{d.name}: {n} loose trials packed into {arc.name} (with its parsed cache)",
+                  file=sys.stderr)
 
 
 def _migrate_args(p: argparse.ArgumentParser) -> None:
