@@ -146,7 +146,7 @@ def test_a_figure_of_packed_trials_traces_to_the_pack_members(tmp_path):
 
 
 def test_a_raw_tree_with_packs_is_checked_as_one_of_loose_trials(tmp_path):
-    from latency_divide.analysis.integrity import check_raw_tree
+    from latency_divide.analysis.rawtree import check_raw_tree
 
     loose = _loose(tmp_path)
     root = tmp_path / "raw"

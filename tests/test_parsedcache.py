@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pyarrow.parquet as pq
 
-from latency_divide.analysis import parsedcache, tables
+from latency_divide.analysis import packing, parsedcache, tables
 from latency_divide.trial import packs
 
 from conftest import ROOT
@@ -39,7 +39,7 @@ def test_the_cache_gives_the_tables_parsing_gives(tmp_path, caplog):
     arc, dirs = _packed(tmp_path)
     parsed = _tables(dirs, tmp_path / "parsed")
     assert len(parsed["trials"]) == 2 and len(parsed["exclusions"]) == 1
-    assert parsedcache.build(arc) == 3
+    assert packing.build_cache(arc) == 3
     assert all(f.is_file() for f in parsedcache.files(arc))
     cache, why = parsedcache.load(arc)
     assert cache is not None and why == ""
@@ -54,7 +54,7 @@ def test_the_cache_gives_the_tables_parsing_gives(tmp_path, caplog):
 
 def test_a_cache_of_other_code_or_another_archive_is_not_read(tmp_path, caplog, monkeypatch):
     arc, dirs = _packed(tmp_path)
-    parsedcache.build(arc)
+    packing.build_cache(arc)
     monkeypatch.setattr(parsedcache, "code_key", lambda: "other code")
     assert parsedcache.load(arc) == (None, "parsed cache of other code")
     with caplog.at_level("INFO"):

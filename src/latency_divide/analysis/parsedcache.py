@@ -14,7 +14,8 @@ The cache is used only when its code key is :func:`code_key` of the code reading
 sha256 of every module in :data:`CODE_MODULES` (the parsing, the row, the health and
 host checks, the link plan and definition they rebuild) and the versions of numpy, pandas and
 pyarrow. After any edit of those, the tables job parses the pack's logs instead (same tables,
-slower) and says so, until ``latency-divide publish --reparse`` writes the caches again.
+slower) and says so, until ``latency-divide publish`` writes the caches again
+(analysis.packing).
 tests/test_parsedcache.py checks that the tables are the same either way, and that
 CODE_MODULES lists every module of ours that parsing a trial loads.
 """
@@ -185,42 +186,3 @@ def load(archive: Path, key: str | None = None) -> tuple[Cache | None, str]:
         return None, f"parsed cache unreadable ({e})"
     return Cache(head["trials"], trials, series), ""
 
-
-def build(archive: Path) -> int:
-    """Parse every trial of ``archive`` (from the pack, as the tables job would) and write its
-    cache; return the number of trials."""
-    from latency_divide.analysis.tables import _parse
-    from latency_divide.trial.packs import read_index
-
-    def_dir = archive.parents[1]
-    keys = sorted(read_index(archive)["trials"])
-    write(archive, {k: _parse(def_dir / k) for k in keys})
-    return len(keys)
-
-
-def pack_definition(def_dir: Path) -> Path | None:
-    """Pack a definition's loose trials (trial.packs.build), check the pack member by member,
-    remove the loose trials, then write the pack's parsed cache (:func:`build`, from the pack);
-    the new archive, or None when there was nothing to pack."""
-    import shutil
-
-    from latency_divide.trial import packs
-    from latency_divide.trial.layout import META
-
-    loose = sorted(p.parent for p in Path(def_dir).glob(f"*/*/*/rep*/{META}"))
-    if not loose:
-        return None
-    archive = packs.build(def_dir, loose)
-    problems = packs.check(archive)
-    if problems:
-        raise packs.PackError("; ".join(problems))
-    for d in loose:  # the pack is complete and checked: the loose copies go
-        shutil.rmtree(d)
-    for parent in sorted({q for d in loose for q in list(d.parents)[:3]},
-                         key=lambda q: -len(q.parts)):
-        try:
-            parent.rmdir()
-        except OSError:
-            pass
-    build(archive)
-    return archive

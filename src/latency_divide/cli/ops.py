@@ -49,7 +49,8 @@ def _publish_args(p: argparse.ArgumentParser) -> None:
 
 
 def _publish(args) -> int:
-    from latency_divide.analysis.integrity import DataIntegrityError, check_raw_tree
+    from latency_divide.analysis.integrity import DataIntegrityError
+    from latency_divide.analysis.rawtree import check_raw_tree
     from latency_divide.ops.publish import publish
 
     limits.check("limit_mb", args.limit_mb, "--limit-mb")
@@ -69,16 +70,16 @@ def _publish(args) -> int:
 def _pack_all(raw: Path) -> None:
     """Each definition's loose trials into a new pack with its parsed cache; the cache of
     every older pack written again where it is for other code (analysis.parsedcache)."""
-    from latency_divide.analysis import parsedcache
+    from latency_divide.analysis import packing, parsedcache
     from latency_divide.trial import packs
 
     for d in sorted(Path(raw).glob("def-*")):
         for arc in packs.archives(d):
             cache, why = parsedcache.load(arc)
             if cache is None:
-                n = parsedcache.build(arc)
+                n = packing.build_cache(arc)
                 print(f"{arc}: {why}: parsed its {n} trials again", file=sys.stderr)
-        arc = parsedcache.pack_definition(d)
+        arc = packing.pack_definition(d)
         if arc is not None:
             n = len(packs.read_index(arc)["trials"])
             print(f"{d.name}: {n} loose trials packed into {arc.name} (with its parsed cache)",

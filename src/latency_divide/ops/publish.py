@@ -5,7 +5,7 @@ local remote committed to git, and keep that remote within its size limit.
 the local cache); :func:`publish` commits the stage, refuses, pushing nothing, when the remote
 would exceed :data:`PUBLISH_LIMIT_BYTES`, pushes and checks that the remote holds every object,
 then removes the remote's superseded manifests (:func:`stale_manifests`). The command first
-checks the whole raw tree (analysis.integrity.check_raw_tree).
+checks the whole raw tree (analysis.rawtree.check_raw_tree).
 
 Superseded manifests: every publish adds a ``.dir`` manifest listing every published file (116
 bytes per file: 1.9 MB for 1,648 trials), and DVC never removes the previous one. Only the

@@ -77,15 +77,13 @@ def index_path(archive: Path) -> Path:
 def trial_files(trial_dir: Path | str) -> dict[str, bytes]:
     """A loose trial's files as a pack holds them: meta.json and the members of logs.tar.xz.
     Only the two-file form (format 4, or repacked) can be packed."""
-    from latency_divide.trial import rawio
-
     d = Path(trial_dir)
     other = sorted(f.name for f in d.iterdir() if f.name not in (META, ARCHIVE))
     if other or not (d / ARCHIVE).is_file() or not (d / META).is_file():
         raise PackError(f"{d}: not a trial of two files ({META}, {ARCHIVE})"
                         + (f"; it also has {', '.join(other)}" if other else "")
                         + " (`latency-divide repack` makes older trials so)")
-    files = dict(rawio.members(d))
+    files = untar_xz((d / ARCHIVE).read_bytes())
     if META in files:
         raise PackError(f"{d}: its {ARCHIVE} has a member named {META}")
     files[META] = (d / META).read_bytes()
@@ -151,17 +149,25 @@ def read_archive(archive: Path) -> dict[str, dict[str, bytes]]:
     return _read_archive(str(archive), (st.st_ino, st.st_mtime_ns, st.st_size))
 
 
+def untar_xz(data: bytes) -> dict[str, bytes]:
+    """The regular files of an xz-compressed tar by member name: one lzma call for the whole
+    archive, then tar reads memory (several times cheaper than tarfile's streaming "r:xz")."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(lzma.decompress(data, format=lzma.FORMAT_XZ)),
+                      mode="r:") as tar:
+        for m in tar:
+            if m.isfile():
+                f = tar.extractfile(m)
+                out[m.name] = f.read() if f else b""
+    return out
+
+
 @functools.lru_cache(maxsize=2)
 def _read_archive(path: str, _stamp: tuple) -> dict[str, dict[str, bytes]]:
     out: dict[str, dict[str, bytes]] = {}
-    data = lzma.decompress(Path(path).read_bytes(), format=lzma.FORMAT_XZ)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar:
-            if m.isfile():
-                parts = m.name.split("/")
-                f = tar.extractfile(m)
-                out.setdefault("/".join(parts[:4]), {})["/".join(parts[4:])] = (
-                    f.read() if f else b"")
+    for name, data in untar_xz(Path(path).read_bytes()).items():
+        parts = name.split("/")
+        out.setdefault("/".join(parts[:4]), {})["/".join(parts[4:])] = data
     return out
 
 
@@ -170,17 +176,17 @@ def files_of(p: Packed) -> dict[str, bytes]:
     return read_archive(p.archive).get(p.key, {})
 
 
-def _tar(trials: dict[str, dict[str, bytes]]) -> bytes:
+def tar_bytes(files: dict[str, bytes]) -> bytes:
+    """A deterministic tar of ``files`` (name -> bytes): members sorted, time 0, owner 0,
+    mode 0644, no user or group name (the same files always give the same bytes)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for key in sorted(trials):
-            for name in sorted(trials[key]):
-                data = trials[key][name]
-                info = tarfile.TarInfo(f"{key}/{name}")
-                info.size, info.mtime, info.mode = len(data), 0, 0o644
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                tar.addfile(info, io.BytesIO(data))
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(files[name]))
     return buf.getvalue()
 
 
@@ -209,7 +215,8 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
     if out.exists() or index_path(out).exists():
         raise PackError(f"{out}: exists without its index, or with it: a pack cut short? "
                         f"remove it (it was never complete) and pack again")
-    data = lzma.compress(_tar(trials), format=lzma.FORMAT_XZ, filters=XZ_FILTERS)
+    flat = {f"{k}/{name}": b for k, v in trials.items() for name, b in v.items()}
+    data = lzma.compress(tar_bytes(flat), format=lzma.FORMAT_XZ, filters=XZ_FILTERS)
     index = {"format": INDEX_FORMAT, "definition_id": def_dir.name,
              "archive": {"name": out.name, "size": len(data), "sha256": sha256(data)},
              "trials": {k: {name: [len(b), sha256(b)] for name, b in sorted(v.items())}

@@ -86,16 +86,9 @@ def _read_archive(path: str, _stamp: tuple) -> tuple[tuple[str, bytes], ...]:
     # keyed by inode, times and size too, so a replaced or rewritten archive (a rename, a copy
     # that keeps the mtime) is read again; a trial's readers ask
     # for several members in a row, and this decompresses the archive once for all of them
-    # one lzma call for the whole (small) archive, then tar reads memory: several times
-    # cheaper than tarfile's streaming "r:xz", which decompresses in many small reads
-    out = []
-    data = lzma.decompress(Path(path).read_bytes(), format=lzma.FORMAT_XZ)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar:
-            if m.isfile():
-                f = tar.extractfile(m)
-                out.append((m.name, f.read() if f else b""))
-    return tuple(out)
+    from latency_divide.trial.packs import untar_xz
+
+    return tuple(untar_xz(Path(path).read_bytes()).items())
 
 
 def read_bytes(trial_dir: Path | str, name: str) -> bytes:
@@ -165,17 +158,11 @@ def pack(trial_dir: Path | str) -> list[str]:
     files = sorted(p for p in d.rglob("*") if p.is_file() and p.relative_to(d).as_posix()
                    not in (META, ARCHIVE) and not p.name.startswith(f".{ARCHIVE}"))
     names = [p.relative_to(d).as_posix() for p in files]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for p, name in zip(files, names):
-            data = p.read_bytes()
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info, io.BytesIO(data))
+    from latency_divide.trial.packs import tar_bytes
+
+    data = tar_bytes({name: p.read_bytes() for p, name in zip(files, names)})
     tmp = d / f".{ARCHIVE}.tmp"
-    tmp.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, filters=XZ_FILTERS))
+    tmp.write_bytes(lzma.compress(data, format=lzma.FORMAT_XZ, filters=XZ_FILTERS))
     os.replace(tmp, d / ARCHIVE)
     for p in files:
         p.unlink()
