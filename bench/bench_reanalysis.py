@@ -85,6 +85,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--repo", default=str(ROOT), help="repository to clone (default: this one)")
+    ap.add_argument("--own-src", action="store_true",
+                    help="run the clone's own package (PYTHONPATH=<clone>/src), not the one "
+                         "the shared .venv installs: to time another branch")
     args = ap.parse_args()
     env = {**os.environ, "LATENCY_DIVIDE_FORBID_TRIALS": "1", "DVC_NO_ANALYTICS": "1"}
     pulls, alls, totals = [], [], []
@@ -94,6 +97,8 @@ def main() -> int:
             clone = Path(tmp) / "c"
             subprocess.run(["git", "clone", "-q", args.repo, str(clone)], check=True)
             (clone / ".venv").symlink_to(ROOT / ".venv")
+            if args.own_src:
+                env["PYTHONPATH"] = str(clone / "src")
             t_pull, _ = timed([".venv/bin/dvc", "pull", "-q"], clone, env)
             t_dag, _ = timed([".venv/bin/snakemake", "--cores", "1", "-n", "all"], clone, env)
             t_all, log = timed([".venv/bin/snakemake", "--cores", "1", "all"], clone, env)

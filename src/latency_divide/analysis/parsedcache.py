@@ -99,12 +99,14 @@ def files(archive: Path) -> list[Path]:
 
 def _parquet(df: pd.DataFrame) -> bytes:
     """``df`` as zstd Parquet, float columns byte-stream-split (their bytes grouped by
-    significance: 25 % smaller series than plain zstd on the published trials)."""
+    significance, no dictionary: 25 % smaller series than plain zstd on the published
+    trials)."""
     table = pa.Table.from_pandas(df, preserve_index=False)
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    others = [n for n in table.column_names if n not in floats]
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", compression_level=19,
-                   use_byte_stream_split=floats or False)
+                   use_dictionary=others or False, use_byte_stream_split=floats or False)
     return sink.getvalue().to_pybytes()
 
 
