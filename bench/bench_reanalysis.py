@@ -16,6 +16,7 @@ jobs. The goal (issue 24) is 60 s or less for pull + all on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -104,7 +105,9 @@ def main() -> int:
             t_all, log = timed([".venv/bin/snakemake", "--cores", "1", "all"], clone, env)
             if re.search(r"^\s*trial\s+\d+", log, re.M):
                 sys.exit("the run scheduled trials: re-analysis is broken")
-            n = len(list((clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")))
+            n = len(list((clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json"))) + sum(
+                len(json.loads(i.read_text())["trials"])
+                for i in (clone / "results/raw").glob("def-*/packs/pack-[0-9][0-9][0-9][0-9].json"))
             # the trials the tables jobs parsed: a companion not complete on disk is left out
             parsed = sum(pq.read_metadata(t).num_rows
                          for t in (clone / "results").glob("**/tables/trials.parquet"))
