@@ -21,7 +21,8 @@ def build_cache(archive: Path) -> int:
 
 
 def pack_definition(def_dir: Path) -> Path | None:
-    """Pack a definition's loose trials (trial.packs.build), check the pack member by member,
+    """Pack a definition's loose trials of two files (trial.packs.build; older forms stay
+    loose until `latency-divide repack`), check the pack member by member,
     remove the loose trials, then write the pack's parsed cache (:func:`build_cache`, from
     the pack); the new archive, or None when there was nothing to pack."""
     import shutil
@@ -29,7 +30,8 @@ def pack_definition(def_dir: Path) -> Path | None:
     from latency_divide.trial import packs
     from latency_divide.trial.layout import META
 
-    loose = sorted(p.parent for p in Path(def_dir).glob(f"*/*/*/rep*/{META}"))
+    loose = [d for d in sorted(p.parent for p in Path(def_dir).glob(f"*/*/*/rep*/{META}"))
+             if packs.two_files(d)]
     if not loose:
         return None
     archive = packs.build(def_dir, loose)

@@ -84,6 +84,10 @@ def _pack_all(raw: Path) -> None:
             n = len(packs.read_index(arc)["trials"])
             print(f"{d.name}: {n} loose trials packed into {arc.name} (with its parsed cache)",
                   file=sys.stderr)
+        left = [m.parent for m in d.glob("*/*/*/rep*/meta.json")]
+        if left:
+            print(f"{d.name}: {len(left)} trials of an older form stay loose (`latency-divide "
+                  f"repack` makes them two files, then they are packed)", file=sys.stderr)
 
 
 def _migrate_args(p: argparse.ArgumentParser) -> None:

@@ -74,6 +74,12 @@ def index_path(archive: Path) -> Path:
     return archive.with_name(archive.name.removesuffix(".tar.xz") + ".json")
 
 
+def two_files(trial_dir: Path | str) -> bool:
+    """True for a loose trial of exactly meta.json and logs.tar.xz (format 4, or repacked)."""
+    d = Path(trial_dir)
+    return sorted(f.name for f in d.iterdir()) == sorted((ARCHIVE, META))
+
+
 def trial_files(trial_dir: Path | str) -> dict[str, bytes]:
     """A loose trial's files as a pack holds them: meta.json and the members of logs.tar.xz.
     Only the two-file form (format 4, or repacked) can be packed."""
