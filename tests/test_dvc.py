@@ -326,3 +326,37 @@ def test_repacked_trials_publish_and_their_old_objects_leave_the_remote(publishe
     assert f"{len(FIXTURE_TRIALS)} repacked trial(s) checked: every original file rebuilt" \
         in check.stdout
     assert run([cli, "verify"], again, env).returncode == 0
+
+
+def test_published_packs_pull_and_analyse_as_the_loose_trials(published):
+    """Repacked trials published as packs (the default): a fresh clone pulls one pack per
+    definition with its index and parsed cache, and analyses them into the same table as the
+    loose trials, from the cache, measuring nothing."""
+    import pandas as pd
+
+    env = {**published["env"], "LATENCY_DIVIDE_FORBID_TRIALS": "1"}
+    cli = str(VENV_BIN / "latency-divide")
+    table = [str(VENV_BIN / "snakemake"), "--cores", "1", TABLE, "--configfile", TEST_CONFIG]
+    clone = clone_and_pull(published, "packs")
+    run(table, clone, env)
+    loose = pd.read_parquet(clone / TABLE)
+    run([cli, "repack"], clone, env)
+    p = run([cli, "publish", "--replace-published"], clone, env)
+    assert p.stderr.count("loose trials packed into pack-0001.tar.xz") == len(DEFINITIONS)
+    run(["git", "add", "-A"], clone, env)
+    run(["git", "commit", "-q", "-m", "packed"], clone, env)
+    again = published["tmp"] / "packs-clone"
+    run(["git", "clone", "-q", str(clone), str(again)], published["tmp"], env)
+    run([DVC, "pull"], again, env)
+    files = {p.relative_to(again / "results/raw").as_posix().split("/", 1)[1]
+             for p in (again / "results/raw").rglob("*") if p.is_file()}
+    assert files == {"definition.json", *(f"packs/pack-0001.{s}" for s in (
+        "tar.xz", "json", "parsed.json", "trials.parquet", "ping.parquet", "queue.parquet",
+        "throughput.parquet"))}
+    run(table, again, env)
+    packed = pd.read_parquet(again / TABLE)
+    pd.testing.assert_frame_equal(packed, loose, check_exact=True)
+    assert "parsing its" not in (again / "logs/analysis_tables/analysis_tables.log").read_text()
+    # publishing again adds nothing and finds nothing wrong
+    p = run([cli, "publish"], again, env)
+    assert "packed into" not in p.stderr and "+0 objects" in p.stderr
