@@ -157,12 +157,7 @@ def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozen
         if rawio.find(d, name) is None and name not in packed:
             where = f"from {ARCHIVE}" if (d / ARCHIVE).exists() else f"(nor {name}.gz)"
             found.append(Finding(str(d), name, f"missing {where}: every trial has it"))
-    for name, data in packed.items():
-        if name.endswith(".json"):
-            try:
-                json.loads(data)
-            except ValueError as e:
-                found.append(Finding(str(d), f"{ARCHIVE}:{name}", f"not valid JSON ({e})"))
+    _json_members(d, packed, f"{ARCHIVE}:", found)
     for f in sorted(d.iterdir()):
         if f.name in pinned_intact:
             continue
@@ -178,6 +173,16 @@ def _check_files(d: Path, found: list[Finding], pinned_intact: set[str] = frozen
                 json.loads(f.read_text())
             except (OSError, UnicodeDecodeError, ValueError) as e:
                 found.append(Finding(str(d), f.name, f"not valid JSON ({e})"))
+
+
+def _json_members(d: Path, files: dict[str, bytes], prefix: str, found: list[Finding]) -> None:
+    """A finding for every ``.json`` member of ``files`` that is not valid JSON."""
+    for name, data in files.items():
+        if name.endswith(".json"):
+            try:
+                json.loads(data)
+            except ValueError as e:
+                found.append(Finding(str(d), f"{prefix}{name}", f"not valid JSON ({e})"))
 
 
 def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
@@ -296,12 +301,7 @@ def _check_packed(d: Path, packed) -> list[Finding]:
     for name in REQUIRED_LOGS:
         if name not in files:
             found.append(Finding(str(d), name, f"missing from its pack {where}"))
-    for name, data in files.items():
-        if name.endswith(".json"):
-            try:
-                json.loads(data)
-            except ValueError as e:
-                found.append(Finding(str(d), name, f"not valid JSON ({e})"))
+    _json_members(d, files, "", found)
     _check_identity(d, rawio.full_meta(d), found)
     return found
 
