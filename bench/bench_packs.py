@@ -1,155 +1,124 @@
 #!/usr/bin/env python3
-"""Benchmark: what published data would weigh and cost to read as per-definition packs with a
-parsed cache, against today's two files per trial (issue 24, section 6; the design is built on the
-branch `packs`, docs/data.md "Packs" there).
+"""Benchmark: what each definition's loose published trials weigh and cost to read as a pack
+with its parsed cache (docs/data.md "Packs"), measured with the code `latency-divide publish`
+runs (analysis.packing.pack_definition) on copies of the trials in a scratch directory.
 
-Today a published trial is two files (meta.json, logs.tar.xz). `dvc pull` costs about 2 ms
-per file and the tables about 11 ms per trial (bench/bench_reanalysis.py), so both grow with the
-trial count. The candidate: each definition's published trials in one solid archive (a pack:
-every trial's files, decompressed, in one deterministic tar, compressed once with xz), and
-beside it the parsed rows and time series of its trials (the parsed cache: zstd Parquet), read
-instead of the logs while the parsing code is unchanged. For every definition under RAW (or
-those given) this prints:
+For every definition under RAW with loose trials of two files (or those given) this prints:
 
-- trials, and the bytes of today's files (apparent, and in whole 4 KiB blocks as a remote
-  on a file system stores them);
-- the pack's bytes, the time to build it and to read every trial's files back from it,
-  checked byte for byte against the trial's own files;
-- the parsed cache's bytes, the time to parse the trials as the tables job does and to read
-  the cache back, checked equal to the parse.
+- trials, and the bytes of their files (apparent, and in whole 4 KiB blocks as a remote on a
+  file system stores them);
+- the pack's bytes (archive and index), its parsed cache's bytes, and the time to write both
+  (pack_definition: build, read back, check every member, remove the loose copies, parse);
+- the time per trial of the tables' parse three ways: the loose trials, the pack's files (no
+  cache), and the parsed cache; the three tables are checked identical.
 
-    .venv/bin/python bench/bench_packs.py results/raw [--defs def-2098d16836 ...] [--preset 6]
+    .venv/bin/python bench/bench_packs.py results/raw [--defs def-2098d16836 ...]
+
+RAW itself is only read.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import lzma
-import os
+import shutil
 import sys
-import tarfile
+import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from latency_divide.analysis import tables  # noqa: E402
-from latency_divide.trial import rawio  # noqa: E402
-from latency_divide.trial.layout import ARCHIVE, META, trial_dirs_under  # noqa: E402
+from latency_divide.analysis import packing, parsedcache, tables  # noqa: E402
+from latency_divide.trial import packs  # noqa: E402
+from latency_divide.trial.layout import trial_dirs_under  # noqa: E402
 
 BLOCK = 4096
+PARTS = ("trials", "ping", "queue", "throughput")
 
 
-def trial_files(d: Path) -> dict[str, bytes]:
-    """Every file of a trial as readers see it: meta.json, the archive's members, other files
-    (``.gz`` logs decompressed under their plain names)."""
-    out = {META: (d / META).read_bytes()}
-    out.update(rawio.members(d))
-    for f in sorted(d.iterdir()):
-        if f.is_file() and f.name not in (META, ARCHIVE):
-            out[f.name.removesuffix(".gz")] = rawio.read_bytes(d, f.name.removesuffix(".gz"))
-    return out
+def _collect(dirs: list[Path]) -> tuple[tables.Tables, float]:
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tabs = tables.collect(dirs)
+    return tabs, time.perf_counter() - t0
 
 
-def build_pack(trials: list[Path], root: Path, preset: int) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for d in trials:
-            for name, data in sorted(trial_files(d).items()):
-                info = tarfile.TarInfo(f"{d.relative_to(root).as_posix()}/{name}")
-                info.size, info.mtime, info.mode = len(data), 0, 0o644
-                tar.addfile(info, io.BytesIO(data))
-    filters = [{"id": lzma.FILTER_LZMA2, "preset": preset, "lc": 0, "lp": 0, "pb": 0}]
-    return lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, filters=filters)
+def _same(a: tables.Tables, b: tables.Tables, what: str) -> None:
+    for part in PARTS:
+        try:
+            pd.testing.assert_frame_equal(getattr(a, part), getattr(b, part))
+        except AssertionError as e:
+            sys.exit(f"{what}: the {part} table differs from the loose trials' ({e})")
 
 
-def read_pack(data: bytes) -> dict[str, bytes]:
-    raw = lzma.decompress(data, format=lzma.FORMAT_XZ)
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
-
-
-def parsed_cache(tabs: tables.Tables) -> dict[str, bytes]:
-    out = {}
-    for name in ("trials", "ping", "queue", "throughput"):
-        sink = pa.BufferOutputStream()
-        pq.write_table(pa.Table.from_pandas(getattr(tabs, name), preserve_index=False), sink,
-                       compression="zstd", compression_level=19)
-        out[name] = sink.getvalue().to_pybytes()
-    return out
+def bench_definition(raw: Path, def_id: str, scratch: Path) -> dict | None:
+    trials = [d for d in trial_dirs_under(raw) if d.parents[3].name == def_id
+              and packs.two_files(d)]
+    if not trials:
+        return None
+    def_dir = scratch / def_id
+    copies = []
+    for d in trials:
+        dst = def_dir / d.relative_to(raw / def_id)
+        shutil.copytree(d, dst)
+        copies.append(dst)
+    files = [f for d in trials for f in d.iterdir() if f.is_file()]
+    r = {"n": len(trials), "today": sum(f.stat().st_size for f in files),
+         "blocks": sum(-(-f.stat().st_size // BLOCK) * BLOCK for f in files)}
+    loose, r["parse"] = _collect(copies)
+    t0 = time.perf_counter()
+    archive = packing.pack_definition(def_dir)
+    r["write"] = time.perf_counter() - t0
+    r["pack"] = archive.stat().st_size + packs.index_path(archive).stat().st_size
+    cache = [f for f in parsedcache.files(archive) if f.exists()]
+    r["cache"] = sum(f.stat().st_size for f in cache)
+    cached, r["load"] = _collect(copies)
+    _same(loose, cached, f"{def_id} from its parsed cache")
+    for f in cache:
+        f.unlink()
+    from_pack, r["unpack"] = _collect(copies)
+    _same(loose, from_pack, f"{def_id} from its pack")
+    shutil.rmtree(def_dir)
+    return r
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("raw", type=Path, help="raw tree (results/raw after dvc pull)")
     ap.add_argument("--defs", nargs="*", help="definition ids (default: all)")
-    ap.add_argument("--preset", type=int, default=6, help="xz preset of the pack (0-9)")
     a = ap.parse_args()
     defs = a.defs or sorted(p.name for p in a.raw.glob("def-*") if p.is_dir())
-    print(f"{'definition':15} {'trials':>6} {'today KB/t':>10} {'blocks KB/t':>11} "
-          f"{'pack KB/t':>9} {'pack s':>6} {'read ms/t':>9} {'parsed KB/t':>11} "
-          f"{'parse ms/t':>10} {'load ms/t':>9}")
-    tot = {"n": 0, "today": 0, "blocks": 0, "pack": 0, "parsed": 0, "parse": 0.0, "load": 0.0,
-           "read": 0.0}
-    for def_id in defs:
-        trials = [d for d in trial_dirs_under(a.raw) if d.parts[len(a.raw.parts)] == def_id]
-        if not trials:
-            continue
-        files = [f for d in trials for f in d.iterdir() if f.is_file()]
-        today = sum(f.stat().st_size for f in files)
-        blocks = sum(-(-f.stat().st_size // BLOCK) * BLOCK for f in files)
-        t0 = time.perf_counter()
-        pack = build_pack(trials, a.raw, a.preset)
-        t_pack = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        back = read_pack(pack)
-        t_read = time.perf_counter() - t0
-        want = {f"{d.relative_to(a.raw).as_posix()}/{k}": v for d in trials
-                for k, v in trial_files(d).items()}
-        if back != want:
-            sys.exit(f"{def_id}: the pack does not give back the trials' files")
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tabs = tables.collect(trials)
-        t_parse = time.perf_counter() - t0
-        cache = parsed_cache(tabs)
-        t0 = time.perf_counter()
-        loaded = {k: pq.read_table(io.BytesIO(v)).to_pandas() for k, v in cache.items()}
-        t_load = time.perf_counter() - t0
-        for k, v in loaded.items():
-            pd.testing.assert_frame_equal(v, getattr(tabs, k).reset_index(drop=True),
-                                          check_dtype=False)
-        n = len(trials)
-        parsed = sum(len(v) for v in cache.values())
-        print(f"{def_id:15} {n:6d} {today / n / 1e3:10.1f} {blocks / n / 1e3:11.1f} "
-              f"{len(pack) / n / 1e3:9.2f} {t_pack:6.1f} {t_read / n * 1e3:9.2f} "
-              f"{parsed / n / 1e3:11.2f} {t_parse / n * 1e3:10.2f} {t_load / n * 1e3:9.3f}",
-              flush=True)
-        for k, v in (("n", n), ("today", today), ("blocks", blocks), ("pack", len(pack)),
-                     ("parsed", parsed), ("parse", t_parse), ("load", t_load),
-                     ("read", t_read)):
-            tot[k] += v
-    n = tot["n"]
+    print(f"{'definition':15} {'trials':>6} {'files KB/t':>10} {'blocks KB/t':>11} "
+          f"{'pack KB/t':>9} {'cache KB/t':>10} {'write s':>7} {'parse ms/t':>10} "
+          f"{'pack ms/t':>9} {'cache ms/t':>10}")
+    tot: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="ld-bench-packs-") as tmp:
+        for def_id in defs:
+            r = bench_definition(a.raw, def_id, Path(tmp))
+            if r is None:
+                continue
+            n = r["n"]
+            print(f"{def_id:15} {n:6d} {r['today'] / n / 1e3:10.1f} {r['blocks'] / n / 1e3:11.1f} "
+                  f"{r['pack'] / n / 1e3:9.2f} {r['cache'] / n / 1e3:10.2f} {r['write']:7.1f} "
+                  f"{r['parse'] / n * 1e3:10.2f} {r['unpack'] / n * 1e3:9.2f} "
+                  f"{r['load'] / n * 1e3:10.3f}", flush=True)
+            for k, v in r.items():
+                tot[k] = tot.get(k, 0) + v
+    n = tot.get("n", 0)
     if not n:
-        sys.exit(f"no trials under {a.raw}")
-    print(f"\nall: {n} trials; today {tot['today'] / 1e6:.1f} MB ({tot['blocks'] / 1e6:.1f} MB "
-          f"in blocks, {tot['today'] / n / 1e3:.1f} KB a trial); packs {tot['pack'] / 1e6:.1f} MB "
-          f"({tot['pack'] / n / 1e3:.2f} KB a trial) + parsed cache {tot['parsed'] / 1e6:.1f} MB "
-          f"({tot['parsed'] / n / 1e3:.2f} KB a trial) = "
-          f"{(tot['pack'] + tot['parsed']) / 1e6:.1f} MB")
-    print(f"reading: parse {tot['parse'] / n * 1e3:.2f} ms a trial, parsed cache "
-          f"{tot['load'] / n * 1e3:.3f} ms a trial ({tot['parse'] / max(tot['load'], 1e-9):.0f}x); "
-          f"a pack's files {tot['read'] / n * 1e3:.2f} ms a trial")
-    print(f"files in the remote: today {2 * n} or more, packs + caches {len(defs) * 5}"
-          f" ({os.cpu_count()} cores)")
+        sys.exit(f"no loose trials of two files under {a.raw}")
+    print(f"\nall: {n} trials; files {tot['today'] / 1e6:.1f} MB ({tot['blocks'] / 1e6:.1f} MB in "
+          f"blocks); packs {tot['pack'] / 1e6:.1f} MB + parsed caches {tot['cache'] / 1e6:.1f} MB "
+          f"({(tot['pack'] + tot['cache']) / n / 1e3:.2f} KB a trial), written in "
+          f"{tot['write']:.0f} s")
+    print(f"tables: loose {tot['parse'] / n * 1e3:.2f} ms a trial, from packs "
+          f"{tot['unpack'] / n * 1e3:.2f}, from parsed caches {tot['load'] / n * 1e3:.3f} "
+          f"({tot['parse'] / max(tot['load'], 1e-9):.0f}x faster than loose); identical tables")
 
 
 if __name__ == "__main__":

@@ -168,3 +168,32 @@ def test_a_raw_tree_with_packs_is_checked_as_one_of_loose_trials(tmp_path):
     packs._trials_in.cache_clear()
     found = check_raw_tree(root, tmp_path, keep_published=False)
     assert [f.file for f in found] == ["queue.jsonl"]
+
+
+def test_a_pack_missing_a_file_is_named_and_its_trials_are_never_to_be_measured(tmp_path):
+    """An index without its archive (a half pull): its trials stay packed, complete for the
+    workflow (never scheduled for measurement), and the check names the archive. An archive
+    without its index: the workflow stops, naming it and both repairs."""
+    from latency_divide.analysis.integrity import check_trials
+
+    loose = _loose(tmp_path)
+    def_dir = loose[0].parents[3]
+    arc = packs.build(def_dir, loose)
+    for d in loose:
+        shutil.rmtree(d)
+    metas = [str((d / "meta.json").relative_to(tmp_path)) for d in loose]
+    saved = arc.read_bytes()
+    arc.unlink()
+    assert packs.archives(def_dir) == [arc]
+    todo, files = packs.split(metas, base=tmp_path)
+    assert todo == [] and files == [str(packs.index_path(arc).relative_to(tmp_path))]
+    found = check_trials(loose, None)
+    assert {f.what for f in found} == {f"missing (its index {packs.index_path(arc).name} lists "
+                                       "its trials)"}
+    assert {f.trial for f in found} == {str(arc)}
+    arc.write_bytes(saved)
+    packs.index_path(arc).unlink()
+    packs._trials_in.cache_clear()
+    with pytest.raises(packs.PackError, match=r"pack-0001\.tar\.xz: an archive without its "
+                       r"index .*dvc checkout --force.*remove the archive"):
+        packs.split(metas, base=tmp_path)

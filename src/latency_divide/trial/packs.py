@@ -41,6 +41,7 @@ from latency_divide.trial.layout import ARCHIVE, META
 
 PACKS_DIR = "packs"
 PACK_RE = re.compile(r"\Apack-(?P<n>\d{4})\.tar\.xz\Z")
+INDEX_RE = re.compile(r"\A(?P<stem>pack-\d{4})\.json\Z")
 INDEX_FORMAT = 1
 
 #: xz settings of a pack: preset 9 with the dictionary at its 64 MiB, no literal-context bits
@@ -97,11 +98,24 @@ def trial_files(trial_dir: Path | str) -> dict[str, bytes]:
 
 
 def archives(def_dir: Path | str) -> list[Path]:
-    """The packs of a definition directory, by number (only those with their index)."""
+    """The packs of a definition directory, by number: the archive of every index (its trials
+    are packed, and complete, even when the archive itself is missing: the checks name it,
+    and the workflow never measures them anew). An archive without its index is no pack
+    (:func:`orphans`)."""
     p = Path(def_dir) / PACKS_DIR
     if not p.is_dir():
         return []
-    return sorted(a for a in p.iterdir() if PACK_RE.match(a.name) and index_path(a).is_file())
+    return sorted(p / f"{m['stem']}.tar.xz" for m in map(INDEX_RE.match, os.listdir(p)) if m)
+
+
+def orphans(def_dir: Path | str) -> list[Path]:
+    """Archives of a definition directory without their index (a pack cut short between its
+    two renames, or an index deleted): their trials cannot be known."""
+    p = Path(def_dir) / PACKS_DIR
+    if not p.is_dir():
+        return []
+    return sorted(p / n for n in os.listdir(p) if PACK_RE.match(n)
+                  and not index_path(p / n).is_file())
 
 
 def read_index(archive: Path) -> dict:
@@ -251,7 +265,10 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
 
 def check_archive(archive: Path) -> list[str]:
     """:func:`check` of the archive's bytes only, once per archive and version of it."""
-    st = archive.stat()
+    try:
+        st = archive.stat()
+    except FileNotFoundError:
+        return [f"{archive}: missing (its index {index_path(archive).name} lists its trials)"]
     return list(_check_archive(str(archive), (st.st_ino, st.st_mtime_ns, st.st_size)))
 
 
@@ -299,6 +316,13 @@ def split(metas, base: Path = Path(".")) -> tuple[list[str], list[str]]:
     removes them; in between, the pack is not yet read)."""
     loose: list[str] = []
     pack_files: dict[str, None] = {}
+    metas = list(metas)
+    bad = [a for d in sorted({(base / m).parents[4] for m in metas}) for a in orphans(d)]
+    if bad:
+        raise PackError(f"{', '.join(map(str, bad))}: an archive without its index (pack-NNNN"
+                        f".json): published, `dvc checkout --force` or `dvc pull --force` brings "
+                        f"the index back; a pack cut short while written, remove the archive and "
+                        f"publish again")
     for m in metas:
         d = Path(m).parent
         if (base / m).exists():
