@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from latency_divide.ops import admission  # noqa: E402
 from latency_divide.trial import rawio  # noqa: E402
+from latency_divide.trial.packs import every_trial  # noqa: E402
 
 RT_PARTS = ("sender", "receiver", "delayline")
 BINS = [0.0, 1.0, 1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 4.0]
@@ -39,8 +40,8 @@ BINS = [0.0, 1.0, 1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 4.0]
 
 def load(raw: Path) -> list[dict]:
     out = []
-    for path in sorted(raw.rglob("meta.json")):
-        m = rawio.full_meta(path.parent)  # linkplan: in the archive's setup.json (format 4)
+    for d in every_trial(raw):  # loose and packed
+        m = rawio.full_meta(d)  # linkplan: in the archive's setup.json (format 4)
         t, cpu, health = m.get("timing") or {}, m.get("cpu_s") or {}, m.get("health") or {}
         if "transfer_started_unix" not in t or not cpu or not health:
             continue  # measured before cpu_s or the health check

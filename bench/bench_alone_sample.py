@@ -32,6 +32,7 @@ from bench_fidelity_tail import beyond
 
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
+from latency_divide.trial import rawio
 from latency_divide.trial.layout import trial_meta_path
 from latency_divide.trial.sweep import trial_ids
 
@@ -82,7 +83,8 @@ def main() -> int:
         cfg = load_config(ROOT / path)
         pool = [t for t in trial_ids(cfg) if t[4] == 1
                 and (not a.variants or t[3] in a.variants)
-                and trial_meta_path(a.reference, *t[:4], a.repetition).exists()]
+                and rawio.exists(trial_meta_path(a.reference, *t[:4], a.repetition).parent,
+                                 "meta.json")]
         if not pool:
             print(f"{path}: no published trial of repetition {a.repetition} under "
                   f"{a.reference}", file=sys.stderr)

@@ -31,6 +31,8 @@ from bench_fidelity_tail import run_sweep, sweep_config
 
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
+from latency_divide.trial import rawio
+from latency_divide.trial.packs import every_trial
 from latency_divide.trial.sweep import trial_ids
 
 BASE = "config/fast-links.yaml"
@@ -38,9 +40,9 @@ BASE = "config/fast-links.yaml"
 
 def rows(raw: Path) -> list[dict]:
     out = []
-    for m in sorted(raw.rglob("meta.json")):
-        r = summarize_trial(m.parent)
-        meta = json.loads(m.read_text())
+    for d in every_trial(raw):  # loose and packed
+        r = summarize_trial(d)
+        meta = json.loads(rawio.read_text(d, "meta.json"))
         r["verdict"] = (meta.get("health") or {}).get("verdict", "unknown")
         out.append(r)
     return out

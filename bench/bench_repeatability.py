@@ -35,6 +35,8 @@ from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.analysis.reader import TrialInvalid
 from latency_divide.trial.health import beyond_fidelity
 from latency_divide.trial.layout import parse_trial_path
+from latency_divide.trial import rawio
+from latency_divide.trial.packs import every_trial
 
 #: a loss-regime flip: two repetitions' loss rates this many percentage points apart, and ...
 FLIP_POINTS = 15.0
@@ -46,15 +48,15 @@ def load(roots: list[Path]) -> dict[tuple, list[dict]]:
     """summarize_trial() rows grouped by (definition, household, direction, variant)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for raw in roots:
-        for m in sorted(raw.glob("def-*/*/*/*/rep*/meta.json")):
-            key = parse_trial_path(m.parent.relative_to(raw))
+        for d in every_trial(raw):  # loose and packed
+            key = parse_trial_path(d.relative_to(raw))
             try:
-                r = summarize_trial(m.parent)
+                r = summarize_trial(d)
             except TrialInvalid as e:
                 print(f"skipped: {e}", file=sys.stderr)
                 continue
-            r["verdict"] = (json.loads(m.read_text()).get("health") or {}).get("verdict",
-                                                                                 "unknown")
+            r["verdict"] = (json.loads(rawio.read_text(d, "meta.json")).get("health")
+                            or {}).get("verdict", "unknown")
             groups[key._replace(repetition=0)].append(r)
     return {k: v for k, v in groups.items() if len(v) >= 2}
 

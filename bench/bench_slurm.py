@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from latency_divide.ops.slurmlab import SlurmLab  # noqa: E402
+from latency_divide.trial import rawio  # noqa: E402
+from latency_divide.trial.packs import every_trial  # noqa: E402
 
 SNAKEMAKE = ROOT / ".venv" / "bin" / "snakemake"
 
@@ -146,9 +148,9 @@ def overhead(args) -> int:
 
 def measured_trials(raw: Path) -> list[dict]:
     rows = []
-    for meta in raw.glob("def-*/*/*/*/rep*/meta.json"):
+    for d in every_trial(raw):  # loose and packed
         try:
-            m = json.loads(meta.read_text())
+            m = json.loads(rawio.read_text(d, "meta.json"))
             cpu = m["cpu_s"]
             t = m["timing"]
             wall = t["transfer_ended_unix"] - t.get("process_started_unix", t["started_unix"])

@@ -26,18 +26,20 @@ from _trials import ROOT  # noqa: F401  (puts src/ on the path)
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.trial.health import beyond_fidelity
 from latency_divide.trial.layout import parse_trial_path
+from latency_divide.trial import rawio
+from latency_divide.trial.packs import every_trial
 
 
 def load(raw: Path, any_repetition: bool = False) -> dict:
     out = {}
-    for m in sorted(raw.rglob("meta.json")):
-        key = parse_trial_path(m.parent.relative_to(raw))
+    for d in every_trial(raw):  # loose and packed
+        key = parse_trial_path(d.relative_to(raw))
         if any_repetition:
             key = key._replace(repetition=0)
             if key in out:
-                sys.exit(f"{m.parent}: a second repetition of {key}; --any-repetition needs one")
-        r = summarize_trial(m.parent)
-        r["health"] = json.loads(m.read_text()).get("health") or {}
+                sys.exit(f"{d}: a second repetition of {key}; --any-repetition needs one")
+        r = summarize_trial(d)
+        r["health"] = json.loads(rawio.read_text(d, "meta.json")).get("health") or {}
         out[key] = r
     return out
 

@@ -360,3 +360,7 @@ def test_published_packs_pull_and_analyse_as_the_loose_trials(published):
     # publishing again adds nothing and finds nothing wrong
     p = run([cli, "publish"], again, env)
     assert "packed into" not in p.stderr and "+0 objects" in p.stderr
+    # the repacked trials' original files rebuild from the packs as from the loose trials
+    check = run([cli, "repack", "--check"], again, env)
+    assert f"{len(FIXTURE_TRIALS)} repacked trial(s) checked: every original file rebuilt" \
+        in check.stdout

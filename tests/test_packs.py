@@ -155,6 +155,7 @@ def test_a_raw_tree_with_packs_is_checked_as_one_of_loose_trials(tmp_path):
     for d in loose[:2]:
         shutil.rmtree(d)
     assert check_raw_tree(root, tmp_path, keep_published=False) == []
+    assert packs.every_trial(root) == sorted(loose)  # two packed, one loose
     stray = loose[0].parents[3] / "packs" / "notes.txt"
     stray.write_text("x")
     found = check_raw_tree(root, tmp_path, keep_published=False)

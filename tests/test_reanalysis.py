@@ -20,12 +20,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
 from latency_divide.config import load_config
+from latency_divide.trial import packs, rawio
 from latency_divide.trial.sweep import trial_ids
 from test_dvc import _env as dvc_env
 from test_dvc import job_counts, run
@@ -106,14 +109,26 @@ def population_trials(config: str = "population.yaml") -> set[tuple]:
             trial_ids(load_config(ROOT / "config" / config))}
 
 
+def on_disk(clone: Path) -> list[Path]:
+    """Every trial under results/raw: loose (its meta.json) or in a pack (its index)."""
+    raw = clone / "results/raw"
+    loose = {p.parent for p in raw.glob("def-*/*/*/*/rep*/meta.json")}
+    return sorted(loose | {d / k for d in raw.glob("def-*") for k in packs.trials_in(d)})
+
+
 def published_trials(clone: Path, population: str | None = None) -> list[Path]:
-    """Published trial directories: the paper's run and its other companions, or
-    (``population``: its config file) a population run's trials published so far."""
+    """Published trials: the paper's run and its other companions, or (``population``: its
+    config file) a population run's trials published so far."""
     pop = {c: {t[0] for t in population_trials(c)} for c in POPULATION_CONFIGS}
     mine = pop[population] if population else set()
     every = set().union(*pop.values())
-    return sorted(p.parent for p in (clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json")
-                  if (p.parts[-6] in mine if population else p.parts[-6] not in every))
+    return [t for t in on_disk(clone) if (t.parts[-5] in mine if population
+                                          else t.parts[-5] not in every)]
+
+
+def pack_of(definition: str) -> str:
+    """The first pack of a published definition (relative, without its suffixes)."""
+    return f"results/raw/{definition}/packs/pack-0001"
 
 
 def test_dvc_status_lists_no_changed_dependency(pulled):
@@ -134,13 +149,15 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # (304) and its fast links unbound (144 more); the fast links unbound measured again with
     # health checks (368 more); the paper's sweep measured again (304)
     assert len(trials) == 976 + 368 + 304
+    # published data is packed (docs/data.md "Packs"): no trial has a directory of its own
+    assert not list((clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json"))
     # the population study published so far (docs/population.md): its own trials, in format 4,
     # every verdict passing; analysed by `snakemake all` once all 2304 are published
     published = {}
     for c in POPULATION_CONFIGS:
         pop = published_trials(clone, population=c)
         assert {t.relative_to(clone / "results/raw").parts for t in pop} <= population_trials(c)
-        metas = [json.loads((t / "meta.json").read_text()) for t in pop]
+        metas = [json.loads(rawio.read_text(t, "meta.json")) for t in pop]
         assert {m["format_version"] for m in metas} <= {4}
         assert all(m["health"]["verdict"] == "pass" for m in metas)
         published[c] = len(pop)
@@ -222,8 +239,8 @@ def _population_analysed(clone: Path, env) -> None:
     assert pt["definition_id"].nunique() == 4 and set(pt["repetition"]) == {1, 2, 3}
     assert (pt["health_verdict"] == "pass").all()
     assert pt["sender_loss_pct"].notna().all() and pt["transport_rtt_samples"].gt(0).all()
-    metas = [json.loads(p.read_text()) for p in
-             (clone / "results/raw").glob(f"{pt['definition_id'].iloc[0]}/*/*/*/rep*/meta.json")]
+    metas = [json.loads(rawio.read_text(t, "meta.json")) for t in on_disk(clone)
+             if t.parts[-5] == pt["definition_id"].iloc[0]]
     assert {m["format_version"] for m in metas} == {4}
     pct = pq.read_table(pop / "tables/percentiles.parquet").to_pandas()
     assert set(pct["variant"]) == {"cubic", "bbr", "copa-0.04", "copa-0.5"}
@@ -351,61 +368,43 @@ def _analysed(clone: Path, env) -> None:
         run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
 
 
-def _repack_archive(trial: Path, edit=lambda name, data: data, preset: int | None = None) -> None:
-    """Rewrite a trial's logs.tar.xz: each member through ``edit`` (packed by rawio.pack);
-    ``preset``: the same archive recompressed with other xz settings (other bytes, the same
-    content)."""
-    import lzma
-    import tempfile
-
-    from latency_divide.trial import rawio
-
-    archive = trial / "logs.tar.xz"
-    archive.chmod(0o644)
-    if preset is not None:
-        archive.write_bytes(lzma.compress(lzma.decompress(archive.read_bytes()), preset=preset))
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, data in rawio.members(trial).items():
-            (Path(tmp) / name).write_bytes(edit(name, data))
-        rawio.pack(tmp)
-        archive.write_bytes((Path(tmp) / "logs.tar.xz").read_bytes())
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``path`` anew (a new file: a link into DVC's cache is left as it was)."""
+    path.unlink()
+    path.write_bytes(data)
 
 
 def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pulled):
     clone, env = pulled["clone"], pulled["env"]
     _analysed(clone, env)
-    ref = set(REFERENCE_DEFINITIONS)
-    trials = [t for t in published_trials(clone) if t.relative_to(clone).parts[2] in ref]
-    t1, t2, t3 = (p.relative_to(clone).as_posix() for p in (trials[0], trials[100], trials[200]))
+    a, b, c = (pack_of(d) for d in REFERENCE_DEFINITIONS[:3])
     # three problems at once, each named in the one failed run (the check reports every
-    # finding before it stops): 1. a meta.json value edited after the pull (the capacity),
-    # 2. the logs' archive with 64 flipped bytes, 3. a deleted archive
-    saved = {f: f.read_bytes() for f in (clone / t1 / "meta.json", clone / t2 / "logs.tar.xz",
-                                         clone / t3 / "logs.tar.xz")}
-    meta = clone / t1 / "meta.json"
-    meta.chmod(0o644)
-    m = json.loads(meta.read_text())
-    m["capacity_kbps"] = m["capacity_kbps"] * 2
-    meta.write_text(json.dumps(m, indent=2))
-    log = clone / t2 / "logs.tar.xz"
-    data = bytearray(log.read_bytes())
+    # finding before it stops): 1. a parsed cache edited after the pull (every capacity
+    # doubled: the tables read the cache instead of the logs), 2. an archive with 64 flipped
+    # bytes, 3. a deleted archive (its index keeps its trials packed: named, never measured)
+    saved = {f: (clone / f).read_bytes() for f in (f"{a}.trials.parquet", f"{b}.tar.xz",
+                                                  f"{c}.tar.xz")}
+    t = pq.read_table(clone / f"{a}.trials.parquet")
+    i = t.column_names.index("capacity_kbps")
+    t = t.set_column(i, "capacity_kbps", pc.multiply(t.column(i), 2))
+    sink = pa.BufferOutputStream()
+    pq.write_table(t, sink)
+    _replace(clone / f"{a}.trials.parquet", sink.getvalue().to_pybytes())
+    data = bytearray(saved[f"{b}.tar.xz"])
     for i in range(64):
         data[len(data) // 2 + i] ^= 0xFF
-    log.chmod(0o644)
-    log.write_bytes(bytes(data))
-    (clone / t3 / "logs.tar.xz").unlink()
-    _analysis_fails(clone, env, f"{t1}/meta.json: modified", "capacity_kbps is",
-                    f"{t2}/logs.tar.xz: modified",
-                    f"{t2}/logs.tar.xz: not a readable tar.xz archive",
-                    f"{t3}/logs.tar.xz: missing")
-    for f, b in saved.items():  # as pulled again (the repair `dvc checkout` is checked below)
-        f.write_bytes(b)
-    # 4. a companion's own trial (mvfst): its analysis stops, naming it; no table of it
-    mvfst = {t[0] for t in trial_ids(load_config(clone / "config/mvfst.yaml"))}
-    t4 = next(t for t in published_trials(clone) if t.relative_to(clone).parts[2]
-              in mvfst).relative_to(clone).as_posix()
-    (clone / t4 / "logs.tar.xz").unlink()
+    _replace(clone / f"{b}.tar.xz", bytes(data))
+    (clone / f"{c}.tar.xz").unlink()
+    _analysis_fails(clone, env, f"{a}.trials.parquet: modified",
+                    f"{b}.tar.xz: modified",
+                    f"{b}.tar.xz: its sha256 or size is not the one its index records",
+                    f"{c}.tar.xz: missing")
+    for f, data in saved.items():  # as pulled again (the repair `dvc checkout` is checked below)
+        _replace(clone / f, data) if (clone / f).exists() else (clone / f).write_bytes(data)
+    # 4. a companion's own pack (mvfst): its analysis stops, naming it; no table of it
+    mvfst = sorted({t[0] for t in trial_ids(load_config(clone / "config/mvfst.yaml"))})
+    d = pack_of(next(m for m in mvfst if (clone / f"{pack_of(m)}.tar.xz").exists()))
+    (clone / f"{d}.tar.xz").unlink()
     table = clone / "results/companions/mvfst/tables/trials.parquet"
     aside = table.with_name("trials.parquet.aside")
     table.rename(aside)  # its table is to be rebuilt (put back afterwards, as it was)
@@ -413,57 +412,85 @@ def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pull
         p = run([SNAKEMAKE, "--cores", "1", table.relative_to(clone).as_posix()], clone, env,
                 check=False)
         out = p.stdout + p.stderr
-        assert p.returncode != 0 and f"{t4}/logs.tar.xz: missing" in out, out[-3000:]
+        assert p.returncode != 0 and f"{d}.tar.xz: missing" in out, out[-3000:]
         assert "trial" not in job_counts(out)
         assert not table.exists(), "a companion with a missing file was analysed"
     finally:
         aside.rename(table)
-    # the repair the message names works: every file as published again, and the trials the
+    # 5. an index deleted: its trials cannot be known, and none is scheduled for measurement:
+    # the workflow stops at once, naming the archive and the repair
+    (clone / f"{a}.json").unlink()
+    p = run([SNAKEMAKE, "-n", "--cores", "1", "all"], clone, env, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and f"{a}.tar.xz: an archive without its index" in out, out[-3000:]
+    assert "dvc checkout --force" in out and "trial" not in job_counts(out)
+    # the repair the messages name works: every file as published again, and the trials the
     # analysis refused pass its check (a clean pull's `all` is test_pull_then_all_...)
     run([DVC, "checkout", "--force"], clone, env)
     assert "verified:   OK:" in run([CLI, "verify"], clone, env).stdout
     from latency_divide.analysis.integrity import check_trials
 
-    assert check_trials([clone / t for t in (t1, t2, t3, t4)], clone) == []
+    refused = [clone / f"results/raw/{p.split('/')[2]}" / k for p in (a, b, c, d)
+               for k in sorted(packs.trials_in(clone / p.rsplit("/", 2)[0]))[:3]]
+    assert len(refused) == 12 and check_trials(refused, clone) == []
 
 
 def test_a_trial_measured_here_at_a_published_path_is_not_held_to_the_pins(pulled):
     """A fresh clone that never pulled measures the reference run itself (`make all`): its
-    trials sit at the published paths with other bytes. They are measurements made here, not
-    corrupted published data (a fresh clone's sweep stopped at the analysis on this): the pins
-    hold only for trials DVC put here, whose meta.json is in the local cache. Simulated on a
-    pulled trial re-encoded (other bytes, the same measurement) with the local cache moved
-    away, as on a clone that never pulled; with the cache back it is named again."""
+    trials sit, loose, at the published paths with other bytes. They are measurements made
+    here, not corrupted published data (a fresh clone's sweep once stopped at the analysis on
+    this): dvc.lock pins the packs, not them, and the workflow reads a loose trial before a
+    pack that holds its path. Simulated on a pulled trial unpacked beside its pack with its
+    logs compressed otherwise (other bytes, the same measurement), with DVC's local cache and
+    without it (a clone that never pulled)."""
+    import lzma
+    import tempfile
+
     from latency_divide.analysis.integrity import check_trials
 
     clone, env = pulled["clone"], pulled["env"]
     t = published_trials(clone)[5]
-    _repack_archive(t, preset=1)
-    assert [f.what.split(":")[0] for f in check_trials([t], clone)] == ["modified"]
-    cache, away = clone / ".dvc" / "cache", clone / ".dvc" / "cache-away"
-    cache.rename(away)
+    files = packs.files_of(rawio.packed(t))
+    created = next(p for p in (*reversed(t.parents[:3]), t) if not p.exists())
+    t.mkdir(parents=True)
     try:
+        (t / "meta.json").write_bytes(files.pop("meta.json"))
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in files.items():
+                (Path(tmp) / name).write_bytes(data)
+            rawio.pack(tmp)
+            archive = lzma.decompress((Path(tmp) / "logs.tar.xz").read_bytes())
+        (t / "logs.tar.xz").write_bytes(lzma.compress(archive, preset=1))
         assert check_trials([t], clone) == []
+        meta = (t / "meta.json").relative_to(clone).as_posix()
+        assert packs.split([meta], base=clone) == ([meta], [])
+        cache, away = clone / ".dvc" / "cache", clone / ".dvc" / "cache-away"
+        cache.rename(away)
+        try:
+            assert check_trials([t], clone) == []
+        finally:
+            away.rename(cache)
     finally:
-        away.rename(cache)
+        shutil.rmtree(created)
         run([DVC, "checkout", "--force"], clone, env)
-    assert check_trials([t], clone) == []
+    assert rawio.packed(t) is not None and check_trials([t], clone) == []
 
 
 def test_publish_refuses_corrupted_and_out_of_layout_data(pulled):
     clone, env = pulled["clone"], pulled["env"]
     remote_before = sorted(p.name for p in (clone / "dvc-remote").rglob("*"))
     lock_before = (clone / "dvc.lock").read_text()
-    t = published_trials(clone)[7]
-    _repack_archive(t, lambda name, data: data[: len(data) // 2] if name == "ping.log" else data)
+    arc = f"{pack_of(REFERENCE_DEFINITIONS[1])}.tar.xz"
+    data = (clone / arc).read_bytes()
+    _replace(clone / arc, data[: len(data) // 2])
     stray = clone / "results/raw/11406/uplink/cubic/rep1"
     stray.mkdir(parents=True)
     (stray / "meta.json").write_text("{}")
     try:
         p = run([CLI, "publish"], clone, env, check=False)
         assert p.returncode != 0
-        rel = t.relative_to(clone).as_posix()
-        assert f"{rel}/logs.tar.xz: modified" in p.stderr, p.stderr
+        assert f"{arc}: its sha256 or size is not the one its index records" in p.stderr, \
+            p.stderr
         assert "results/raw/11406: not a definition directory" in p.stderr, p.stderr
         assert sorted(p.name for p in (clone / "dvc-remote").rglob("*")) == remote_before
         assert (clone / "dvc.lock").read_text() == lock_before
@@ -488,10 +515,12 @@ def test_the_published_fast_links_run_reanalyses_with_no_trial(pulled):
 
 def test_a_companion_with_a_trial_missing_is_left_out_and_named(pulled):
     """A half-pulled companion data set yields no tables that look complete: `all` names it
-    and leaves it out; it never measures the missing trial."""
+    and leaves it out; it never measures the missing trials (here a whole pack not pulled)."""
     clone, env = pulled["clone"], pulled["env"]
     _analysed(clone, env)
-    gone = next((clone / "results/raw").glob("def-9eb8324303/12251/downlink/copa-0.5-1m/rep1"))
+    gone = clone / "results/raw/def-9eb8324303/packs"
+    n = sum(1 for t in trial_ids(load_config(clone / "config/fast-links.yaml"))
+            if t[0] == gone.parent.name)
     shutil.rmtree(gone)
     try:
         p = run([SNAKEMAKE, "-n", "--cores", "1", "all"], clone, env)
@@ -501,7 +530,7 @@ def test_a_companion_with_a_trial_missing_is_left_out_and_named(pulled):
         assert "results/companions/fast-links/" not in log, log[-3000:]  # no output of it
         if "companion_tables" in jobs:  # the others' outputs are listed where it would be
             assert "results/companions/paper-rerun/tables/trials.parquet" in log
-        assert ("companion fast-links (config/fast-links.yaml) left out: 1 of its 448 trials "
-                "are not on disk") in log, log
+        assert n > 0 and (f"companion fast-links (config/fast-links.yaml) left out: {n} of its "
+                          "448 trials are not on disk") in log, log
     finally:
         run([DVC, "checkout", "--force"], clone, env)

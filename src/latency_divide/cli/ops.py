@@ -121,8 +121,9 @@ def _repack_args(p: argparse.ArgumentParser) -> None:
 
 
 def _repack(args) -> int:
-    from latency_divide.trial.layout import trial_dirs_under
     from latency_divide.ops.repack import REPACKED, check_repacked, repack_tree
+    from latency_divide.trial import rawio
+    from latency_divide.trial.packs import every_trial
 
     if not args.check:
         todo, problems = repack_tree(args.raw, dry_run=args.dry_run,
@@ -137,9 +138,9 @@ def _repack(args) -> int:
                  if len(todo) > len(problems) else ""))
         return 2 if problems else 0
     bad = n = 0
-    for d in trial_dirs_under(args.raw):
+    for d in every_trial(args.raw):  # loose and packed (a repacked trial published since)
         try:
-            if REPACKED not in json.loads((d / "meta.json").read_text()):
+            if REPACKED not in json.loads(rawio.read_text(d, "meta.json")):
                 continue
         except ValueError as e:
             bad += 1

@@ -109,7 +109,7 @@ def check_repacked(d: Path | str) -> RepackCheck:
     res = RepackCheck(d)
     try:
         rebuilt = original_files(d)
-        record = json.loads((d / META).read_text())[REPACKED]["files"]
+        record = json.loads(rawio.read_text(d, META))[REPACKED]["files"]
         members = rawio.members(d)
     except (KeyError, ValueError, TypeError, AttributeError, RepackError,
             *rawio.UNREADABLE) as e:

@@ -163,6 +163,17 @@ def find(trial_dir: Path | str) -> Packed | None:
     return trials_in(d.parents[3]).get(trial_key(d))
 
 
+def every_trial(raw_root: Path | str) -> list[Path]:
+    """Every trial under a raw root, loose (its directory has meta.json) or packed (its
+    definition's packs list it; no directory of its own), sorted by path: what a reader of
+    published data enumerates (read each with trial.rawio)."""
+    from latency_divide.trial.layout import trial_dirs_under
+
+    root = Path(raw_root)
+    packed = {d / key for d in root.glob("def-*") for key in trials_in(d)}
+    return sorted(packed.union(trial_dirs_under(root)))
+
+
 def read_archive(archive: Path) -> dict[str, dict[str, bytes]]:
     """Every trial's files of a pack, by key then member name (decompressed once, cached)."""
     st = archive.stat()
