@@ -364,3 +364,41 @@ def test_published_packs_pull_and_analyse_as_the_loose_trials(published):
     check = run([cli, "repack", "--check"], again, env)
     assert f"{len(FIXTURE_TRIALS)} repacked trial(s) checked: every original file rebuilt" \
         in check.stdout
+
+
+def test_publish_writes_stale_caches_again_and_publishes_them(published, monkeypatch, capsys):
+    """After an edit of the parsing code the published caches are stale (their key is of
+    other code): `publish` parses those packs again, writes their caches for this code and
+    publishes them, although they now differ from what dvc.lock pinned (every other pinned
+    file is still held to its pin)."""
+    from latency_divide.analysis import parsedcache
+    from latency_divide.cli import main
+
+    env = published["env"]
+    cli = str(VENV_BIN / "latency-divide")
+    clone = clone_and_pull(published, "stale")
+    run([cli, "repack"], clone, env)
+    run([cli, "publish", "--replace-published"], clone, env)
+    run(["git", "add", "-A"], clone, env)
+    run(["git", "commit", "-q", "-m", "packed"], clone, env)
+    lock = (clone / "dvc.lock").read_text()
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(clone)
+    monkeypatch.setattr(parsedcache, "code_key", lambda: "0" * 64)  # the code edited
+    assert main(["publish"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("parsed cache of other code: parsed its") == len(DEFINITIONS), err
+    assert (clone / "dvc.lock").read_text() != lock
+    for d in DEFINITIONS:
+        arc = clone / "results/raw" / d / "packs/pack-0001.tar.xz"
+        assert parsedcache.load(arc)[0] is not None  # this code's cache now
+    # a cache damaged after the pull is still refused (only this publish's rewrites are new)
+    t = clone / "results/raw" / DEFINITIONS[0] / "packs/pack-0001.ping.parquet"
+    data = t.read_bytes()
+    t.unlink()
+    t.write_bytes(data[:-8] + b"\0" * 8)
+    monkeypatch.setattr(parsedcache, "code_key", lambda: "1" * 64)
+    assert main(["publish"]) != 0
+    err = capsys.readouterr().err
+    assert "pack-0001.ping.parquet: modified" in err, err

@@ -346,4 +346,5 @@ class Checker:
 def check_trials(trial_dirs: Iterable[Path | str], repo: Path | str | None = ".") -> list[Finding]:
     """Findings for every trial directory (against dvc.lock when ``repo`` has one)."""
     checker = Checker(repo)
-    return [f for d in trial_dirs for f in checker.check(d)]
+    # the trials of one pack share its findings (its archive, its directory's pins): once each
+    return list(dict.fromkeys(f for d in trial_dirs for f in checker.check(d)))

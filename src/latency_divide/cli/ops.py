@@ -58,8 +58,9 @@ def _publish(args) -> int:
     if findings:
         raise DataIntegrityError(findings)
     if not args.no_pack:
-        _pack_all(RAW)
-        findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published)
+        rewritten = _pack_all(RAW)
+        findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published,
+                                  rewritten=rewritten)
         if findings:
             raise DataIntegrityError(findings)
     publish(".", remote=args.remote, limit_bytes=int(args.limit_mb * 1_000_000),
@@ -67,17 +68,20 @@ def _publish(args) -> int:
     return 0
 
 
-def _pack_all(raw: Path) -> None:
+def _pack_all(raw: Path) -> list[Path]:
     """Each definition's loose trials into a new pack with its parsed cache; the cache of
-    every older pack written again where it is for other code (analysis.parsedcache)."""
+    every older pack written again where it is for other code (analysis.parsedcache). Return
+    the cache files written again."""
     from latency_divide.analysis import packing, parsedcache
     from latency_divide.trial import packs
 
+    rewritten: list[Path] = []
     for d in sorted(Path(raw).glob("def-*")):
         for arc in packs.archives(d):
             cache, why = parsedcache.load(arc)
             if cache is None:
                 n = packing.build_cache(arc)
+                rewritten += parsedcache.files(arc)
                 print(f"{arc}: {why}: parsed its {n} trials again", file=sys.stderr)
         arc = packing.pack_definition(d)
         if arc is not None:
@@ -88,6 +92,7 @@ def _pack_all(raw: Path) -> None:
         if left:
             print(f"{d.name}: {len(left)} trials of an older form stay loose (`latency-divide "
                   f"repack` makes them two files, then they are packed)", file=sys.stderr)
+    return rewritten
 
 
 def _migrate_args(p: argparse.ArgumentParser) -> None:
