@@ -96,6 +96,25 @@ def test_weighted_percentiles_by_hand():
         weighted_percentiles([1, 2], [1, 1], [0])
 
 
+def test_resampled_percentiles_are_numpys_exactly():
+    """The bootstrap's percentiles (each row sorted once for all its weightings) are those of
+    numpy.quantile per weighting, bit for bit: ties, NaN values, zero weights, empty rows."""
+    from latency_divide.analysis.wquantile import resampled_percentiles
+
+    rng = np.random.default_rng(7)
+    pct = [*PERCENTILES, 100]
+    for _ in range(300):
+        r, n, b = (int(rng.integers(1, 5)), int(rng.integers(0, 30)), int(rng.integers(1, 40)))
+        values = rng.integers(0, 6, size=(r, n)) * rng.choice([1.0, 0.1, 1 / 3])
+        values[rng.random((r, n)) < 0.2] = np.nan
+        weights = rng.integers(0, 4, size=(b, n)) * rng.random(n).round(2)
+        want = weighted_percentiles(values[:, None, :], weights[None], pct)
+        assert np.array_equal(resampled_percentiles(values, weights, pct), want, equal_nan=True)
+    # the hand case above, as one weighting of one row
+    got = resampled_percentiles([[10, 20, 30, 40, 50]], [[1, 1, 2, 4, 2]], PERCENTILES)
+    assert got.tolist() == [[[10, 30, 40, 40, 50, 50]]]
+
+
 def test_hand_case_values_and_changes(hand):
     cubic, copa = view(hand, "cubic"), view(hand, "copa-0.04")
     # cubic: as in test_weighted_percentiles_by_hand (household 1's repetitions 8, 12 -> 10)

@@ -15,7 +15,7 @@ Definitions (all pure functions; :func:`write_percentiles` is the only I/O):
   reaches p % of the total: sum_{i<=k} w_(i) >= p/100 * sum_i w_(i). It is always one of the
   observed per-household means (no interpolation), and a household of weight 2 counts exactly as
   two households of weight 1. Computed by ``numpy.quantile(..., weights=, method="inverted_cdf")``
-  (numpy >= 2.0).
+  (numpy >= 2.0); in the bootstrap by analysis.wquantile, the same numbers faster.
 - **Change against Cubic**, a fraction (-0.25 = 25 % below Cubic; x 100 for percent), two ways:
   ``change_group`` = P_p(variant) / P_p(cubic) - 1, the percentile of each group's
   distribution, as Facebook reported Copa (each group over its own households); and
@@ -69,6 +69,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latency_divide.analysis.wquantile import resampled_percentiles, weighted_percentiles
 from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import atomic_path
 
@@ -121,37 +122,6 @@ _NEEDED = ("tool", "definition_id", "household_id", "price_bucket", "direction",
 
 class PercentileInputError(LatencyDivideError):
     """The trials or weights cannot give the percentile view (the message says what is missing)."""
-
-
-def weighted_percentiles(values, weights, percentiles: Sequence[float] = PERCENTILES
-                         ) -> np.ndarray:
-    """Weighted inverted-CDF percentiles along the last axis (module docstring, "Weighted
-    percentile"), by ``numpy.quantile(weights=, method="inverted_cdf")``.
-
-    ``values`` and ``weights`` broadcast to one shape (..., n); NaN values, and values of weight
-    0, are left out; where nothing is left the result is NaN. Returns shape
-    (..., len(percentiles)). Percentiles must lie in (0, 100].
-    """
-    p = np.asarray(percentiles, dtype="float64")
-    if p.ndim != 1 or not ((p > 0) & (p <= 100)).all():
-        raise ValueError(f"percentiles must be numbers in (0, 100], got {list(percentiles)}")
-    x = np.asarray(values, dtype="float64")
-    w = np.asarray(weights, dtype="float64")
-    x, w = np.broadcast_arrays(x, w)
-    if not np.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and >= 0")
-    missing = np.isnan(x)
-    # a left-out value gets weight 0 and sorts last (+inf): the inverted CDF reaches every
-    # q in (0, 1] at or before the last value of positive weight, so it is never chosen
-    w = np.where(missing, 0.0, w)
-    x = np.where(missing, np.inf, x)
-    empty = w.sum(axis=-1) <= 0
-    w = np.where(empty[..., None], 1.0, w)  # numpy refuses all-zero weights; masked below
-    if x.shape[-1] == 0:
-        return np.full(x.shape[:-1] + (len(p),), np.nan)
-    out = np.quantile(x, p / 100.0, axis=-1, weights=w, method="inverted_cdf")
-    out = np.moveaxis(out, 0, -1)
-    return np.where(empty[..., None], np.nan, out)
 
 
 def _weights(trials: pd.DataFrame, households: pd.DataFrame | None,
@@ -279,7 +249,7 @@ def _block(values: np.ndarray, weights: np.ndarray, base: int, percentiles: np.n
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)  # (B, n)
     else:
         counts = np.zeros((n_resamples, 0))
-    boot = weighted_percentiles(stacked[:, None, :], (counts * weights)[None], percentiles)
+    boot = resampled_percentiles(stacked, counts * weights, percentiles)  # (2G, B, P)
     with np.errstate(divide="ignore", invalid="ignore"):
         change_group = point[:g] / point[base] - 1
         boot_group = boot[:g] / boot[base] - 1  # (G, B, P)
