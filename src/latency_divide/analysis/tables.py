@@ -55,11 +55,19 @@ class NoValidTrials(LatencyDivideError):
 
 def _keyed(parts: list[tuple[dict, dict[str, np.ndarray]]], schema: pa.Schema) -> pd.DataFrame:
     """One table from per-trial column arrays (metrics._series): each column concatenated
-    once, the key columns prepended (one np.repeat per key)."""
+    once, the key columns prepended (each value repeated over its trial's rows)."""
     if not parts:
         return _empty(schema)
     lengths = np.array([len(next(iter(cols.values()))) for _, cols in parts])
-    data = {k: np.repeat(np.array([kv[k] for kv, _ in parts]), lengths) for k in KEYS}
+    rows = np.repeat(np.arange(len(parts)), lengths)
+    data = {}
+    for k in KEYS:
+        vals = [kv[k] for kv, _ in parts]
+        if isinstance(vals[0], str):  # taken by Arrow (pandas' str columns are Arrow strings)
+            data[k] = pd.array(pa.array(vals, pa.large_string()).take(pa.array(rows)),
+                               dtype="str")
+        else:
+            data[k] = np.array(vals)[rows]
     for name in schema.names:
         if name not in data:
             data[name] = np.concatenate([cols[name] for _, cols in parts])
@@ -153,9 +161,15 @@ def _from_caches(dirs: list, checker) -> list[tuple[int, tuple]]:
     from latency_divide.trial.layout import META
 
     by_pack: dict[Path, list[tuple[int, Path, str]]] = {}
+    by_def: dict[Path, dict] = {}  # a definition's packed trials, read once
     for i, d in enumerate(dirs):
         d = Path(d)
-        if not (d / META).exists() and (p := packs.find(d)) is not None:
+        if len(d.parts) < 5 or (d / META).exists():
+            continue
+        def_dir = d.parents[3]
+        if def_dir not in by_def:
+            by_def[def_dir] = packs.trials_in(def_dir)
+        if (p := by_def[def_dir].get(packs.trial_key(d))) is not None:
             by_pack.setdefault(p.archive, []).append((i, d, p.key))
     out: list[tuple[int, tuple]] = []
     code = parsedcache.code_key() if by_pack else ""
