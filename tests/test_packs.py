@@ -51,6 +51,8 @@ def test_a_pack_gives_back_every_file_and_the_same_rows(tmp_path):
         p = rawio.packed(d)
         assert p is not None and p.archive == arc
         assert packs.files_of(p) == files[d]
+        packs.files_of(p).clear()  # a caller's copy: the pack's cached files stay whole
+        assert packs.files_of(p) == files[d]
         assert idx["trials"][p.key]["meta.json"][1] == packs.sha256(files[d]["meta.json"])
         got, want = summarize_trial(d), rows[d]
         assert set(got) == set(want)

@@ -203,8 +203,8 @@ def _read_archive(path: str, _stamp: tuple) -> dict[str, dict[str, bytes]]:
 
 
 def files_of(p: Packed) -> dict[str, bytes]:
-    """A packed trial's files by member name."""
-    return read_archive(p.archive).get(p.key, {})
+    """A packed trial's files by member name (a new dict: the archive's stays cached)."""
+    return dict(read_archive(p.archive).get(p.key, {}))
 
 
 def tar_bytes(files: dict[str, bytes]) -> bytes:
