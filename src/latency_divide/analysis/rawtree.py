@@ -27,8 +27,7 @@ def check_raw_tree(raw_root: Path | str = RAW, repo: Path | str = ".",
     loose = trial_dirs_under(root)
     packed = {d / key: p for d in sorted(root.glob("def-*")) for key, p in
               packs.trials_in(d).items()}
-    found = check_trials([*loose, *(t for t in packed if t not in set(loose))],
-                         repo if keep_published else None)
+    found = check_trials(packs.every_trial(root), repo if keep_published else None)
     if rewritten:
         again = {Path(f).resolve() for f in rewritten}
         found = [f for f in found if not (f.what.startswith("modified: ")
