@@ -66,6 +66,30 @@ def test_a_pack_gives_back_every_file_and_the_same_rows(tmp_path):
     assert packs.index_path(arc2).read_bytes() == packs.index_path(arc).read_bytes()
 
 
+def test_which_files_a_packed_trial_has_is_read_from_the_index_not_the_archive(tmp_path,
+                                                                               monkeypatch):
+    # a scan of a definition's trials (bench_alone_sample's pool of 2,304) asked rawio.exists
+    # per trial, which decompressed an archive each time once more packs than the archive cache
+    # holds were in turn: minutes of CPU for a question the index answers
+    loose = _loose(tmp_path)
+    files = {d: set(packs.trial_files(d)) for d in loose}
+    packs.build(loose[0].parents[3], loose)
+    for d in loose:
+        shutil.rmtree(d)
+
+    def no_archive(*_a, **_k):
+        raise AssertionError("archive read to answer rawio.exists")
+
+    monkeypatch.setattr(packs, "read_archive", no_archive)
+    for d in loose:
+        for name in files[d]:
+            assert rawio.exists(d, name), name
+        assert "meta.json" in files[d] and "ping.log" in files[d]
+        assert not rawio.exists(d, "no-such.log")
+    missing = loose[0].parent / "rep9"  # a trial of no pack
+    assert not rawio.exists(missing, "meta.json")
+
+
 def test_the_next_pack_takes_the_next_number_and_no_trial_is_packed_twice(tmp_path):
     loose = _loose(tmp_path)
     def_dir = loose[0].parents[3]

@@ -49,10 +49,14 @@ def find(trial_dir: Path | str, name: str) -> Path | None:
 
 def exists(trial_dir: Path | str, name: str) -> bool:
     """True if the trial has ``name`` in any form: plain, ``name.gz``, archive member, or (a
-    packed trial) member of its pack."""
-    if find(trial_dir, name) is not None or name in members(trial_dir):
+    packed trial) member of its pack: answered from the pack's index, without decompressing the
+    archive (a scan of many trials across packs would otherwise read an archive per trial)."""
+    if find(trial_dir, name) is not None:
         return True
-    return name == META and packed(trial_dir) is not None
+    p = packed(trial_dir)
+    if p is not None:
+        return name in p.members
+    return name in members(trial_dir)
 
 
 def packed(trial_dir: Path | str):
