@@ -30,3 +30,23 @@ def test_trials_starting_together_get_numbers_of_their_own(tmp_path):
     assert progress(metas, start, 60.0, parallel=10, running=9, now=t0 + 100).k == 10
     first = progress(metas[4:], start, 60.0, parallel=2, running=1, now=t0 + 1)
     assert first.done == 0 and first.eta_s == 6 * 60.0 / 2
+
+
+def test_published_trials_in_packs_count_as_done(tmp_path):
+    # a run continued after `dvc pull` (the population companions): the trials published in
+    # packs have no meta.json of their own; counted as missing, "trial 2 of 2304" and an ETA of
+    # 43 h greeted a run with 588 trials left
+    import shutil
+
+    from test_packs import _loose
+
+    from latency_divide.trial import packs
+
+    loose = _loose(tmp_path)
+    packs.build(loose[0].parents[3], loose[:2])
+    for d in loose[:2]:
+        shutil.rmtree(d)
+    metas = [d / "meta.json" for d in loose] + [loose[0].parent / "rep9" / "meta.json"]
+    p = progress(metas, None, 60.0)
+    assert (p.done, p.n, p.k) == (3, 4, 4)
+    assert p.eta_s == 60.0  # one trial left
