@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _trials import ROOT, Trial, summaries, trial_preconditions
+from _trials import ROOT, summaries, trial_preconditions
 from bench_alone_sample import cli_variant, trial_argv
 from bench_fidelity_tail import beyond, run_sweep
 

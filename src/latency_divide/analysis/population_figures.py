@@ -42,10 +42,10 @@ from latency_divide.analysis.population import (
 #: The figures of a population run (rules/common.smk adds them to such a config's figures).
 POPULATION_FIGURES = ("percentiles", "percentiles_buckets")
 
-#: Facet labels of the metrics (trials-table columns), in Facebook's order.
 #: Width (percentile points) over which the variants stand side by side at each percentile.
 DODGE = 2.0
 
+#: Facet labels of the metrics (trials-table columns), in Facebook's order.
 METRIC_LABELS = {
     "transport_rtt_mean_ms": "transport RTT",
     "rtt_mean_ms": "application RTT (ping)",
