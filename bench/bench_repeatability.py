@@ -15,7 +15,12 @@ config/paper-rerun.yaml's repetition 2), its repetitions are compared pair by pa
 Prints the share of groups with a repetition beyond the bounds, the flips (with their health
 verdicts and how many trials ran at once), and per variant the spread of norm_tput.
 
-    .venv/bin/python bench/bench_repeatability.py RAW [RAW ...] [--json out.json]
+    .venv/bin/python bench/bench_repeatability.py RAW [RAW ...] [--definition ID ...]
+                                                  [--json out.json]
+
+--definition keeps only the trials of those definition ids (for example one population
+companion's four variants, whose repeated tenth is measured three times); the per-variant
+lines are then per definition.
 
 Exit 0 always: this is a measurement, not a gate.
 """
@@ -42,14 +47,18 @@ from latency_divide.trial.packs import every_trial
 FLIP_POINTS = 15.0
 #: ... this factor apart (the larger over the smaller)
 FLIP_FACTOR = 1.5
+#: a group whose norm_tput range is above this varies by more than the per-trial bound (0.03)
+WIDE = 0.03
 
 
-def load(roots: list[Path]) -> dict[tuple, list[dict]]:
+def load(roots: list[Path], definitions: set[str] | None = None) -> dict[tuple, list[dict]]:
     """summarize_trial() rows grouped by (definition, household, direction, variant)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for raw in roots:
         for d in every_trial(raw):  # loose and packed
             key = parse_trial_path(d.relative_to(raw))
+            if definitions and key.definition_id not in definitions:
+                continue
             try:
                 r = summarize_trial(d)
             except TrialInvalid as e:
@@ -80,14 +89,24 @@ def beyond(a: dict, b: dict) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", type=Path, nargs="+")
+    ap.add_argument("--definition", action="append", metavar="ID",
+                    help="only this definition id (repeatable)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    groups = load(a.raw)
+    groups = load(a.raw, set(a.definition or ()))
+
+    def label(key) -> str:
+        return f"{key.variant} {key.definition_id}" if a.definition else key.variant
+
+    if not groups:
+        print("no trial measured more than once"
+              + (f" in {', '.join(a.definition)}" if a.definition else ""), file=sys.stderr)
+        return 1
     trials = sum(len(v) for v in groups.values())
     print(f"{len(groups)} trials measured more than once ({trials} repetitions)")
     outside, flips, spread = [], [], defaultdict(list)
     for key, rows in sorted(groups.items()):
-        spread[key.variant].append(max(r["norm_tput"] for r in rows)
+        spread[label(key)].append(max(r["norm_tput"] for r in rows)
                                    - min(r["norm_tput"] for r in rows))
         if any(beyond(a, b) for a, b in pairs(rows)):
             outside.append(key)
@@ -104,14 +123,14 @@ def main() -> int:
                          for r in sorted(rows, key=lambda r: r["repetition"]))
         print(f"  {key.definition_id} {key.household} {key.direction} {key.variant}: {reps}")
     print("\nper variant: groups; beyond the bounds; loss flips; norm_tput range within a "
-          "group median / p95 / max")
+          f"group median / p95 / max; groups whose range > {WIDE:g}")
     for v, xs in sorted(spread.items()):
         xs = sorted(xs)
         p95 = xs[min(len(xs) - 1, int(0.95 * len(xs)))]
-        n_out = sum(k.variant == v for k in outside)
-        n_flip = sum(k.variant == v for k, _ in flips)
+        n_out = sum(label(k) == v for k in outside)
+        n_flip = sum(label(k) == v for k, _ in flips)
         print(f"  {v:12s} {len(xs):3d}; {n_out:3d}; {n_flip:2d};  {statistics.median(xs):.4f} / "
-              f"{p95:.4f} / {xs[-1]:.4f}")
+              f"{p95:.4f} / {xs[-1]:.4f}; {sum(x > WIDE for x in xs)}")
     if a.json:
         a.json.write_text(json.dumps({
             "groups": len(groups), "beyond": len(outside),
