@@ -164,3 +164,50 @@ def test_box_stats_by_hand_and_as_plotnine_computes_them(built):
             [ref["q1"], ref["med"], ref["q3"], ref["whislo"], ref["whishi"]])
         n_out += len(ref["fliers"])
     assert len(out) == n_out
+
+
+def _collections(geom, df, **kw):
+    """The PathCollections of each panel after drawing ``geom`` over ``df`` (two facets)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
+    from plotnine import aes, facet_wrap, ggplot
+
+    fig = (ggplot(df, aes("x", "y")) + geom(**kw) + facet_wrap("f")).draw()
+    try:
+        return [[c for c in ax.collections if isinstance(c, PathCollection)] for ax in fig.axes]
+    finally:
+        plt.close(fig)
+
+
+def test_geom_cloud_draws_the_points_of_geom_point_in_its_style():
+    from plotnine import geom_point
+    from latency_divide.analysis.plotgeoms import geom_cloud
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"x": rng.normal(size=3000), "y": rng.normal(size=3000),
+                       "f": np.repeat(["a", "b"], 1500)})
+    style = dict(size=0.3, alpha=0.3, colour="#333333", stroke=0.5)
+    ref, got = _collections(geom_point, df, **style), _collections(geom_cloud, df, **style)
+    assert [len(p) for p in got] == [len(p) for p in ref] and sum(map(len, got)) == 2
+    for (r,), (g,) in zip((p for p in ref if p), (p for p in got if p)):
+        assert len(g.get_offsets()) == 1500
+        np.testing.assert_array_equal(g.get_offsets(), r.get_offsets())
+        # geom_point: one value per point, all the same; geom_cloud: that value once
+        for get in ("get_sizes", "get_facecolor", "get_edgecolor", "get_linewidth"):
+            rv, gv = np.asarray(getattr(r, get)()), np.asarray(getattr(g, get)())
+            assert len(gv) == 1 and len(rv) == 1500, get
+            np.testing.assert_array_equal(rv, np.repeat(gv, 1500, axis=0), err_msg=get)
+        assert g.get_paths()[0].vertices.tolist() == r.get_paths()[0].vertices.tolist()
+
+
+def test_geom_cloud_leaves_points_of_different_styles_to_geom_point():
+    from plotnine import aes, geom_point
+    from latency_divide.analysis.plotgeoms import geom_cloud
+
+    df = pd.DataFrame({"x": [0.0, 1, 2, 3], "y": [1.0, 2, 3, 4], "f": ["a"] * 4,
+                       "s": [1.0, 2, 1, 2]})
+    ref = _collections(geom_point, df, mapping=aes(size="s"))
+    got = _collections(geom_cloud, df, mapping=aes(size="s"))
+    (r,), (g,) = ref[0], got[0]
+    np.testing.assert_array_equal(g.get_sizes(), r.get_sizes())
+    assert len(set(g.get_sizes())) == 2 and len(g.get_offsets()) == 4

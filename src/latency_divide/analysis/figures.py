@@ -139,7 +139,6 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
         aes,
         element_text,
         facet_grid,
-        geom_point,
         geom_rect,
         geom_segment,
         ggplot,
@@ -147,6 +146,8 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
         scale_x_continuous,
         theme,
     )
+
+    from latency_divide.analysis.plotgeoms import geom_cloud
 
     d = ping_ts[ping_ts["during_transfer"] & ping_ts["self_delay_ms"].notna()]
     if d.empty:
@@ -174,7 +175,7 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
         + geom_rect(aes(xmin="x0", xmax="x1", ymin="lower", ymax="upper", fill="variant"),
                     colour=grey, size=0.5)
         + geom_segment(aes(x="x0", xend="x1", y="middle", yend="middle"), colour=grey, size=1.0)
-        + geom_point(frames["outliers"], aes("x", "self_delay_ms"), size=0.3, alpha=0.3,
+        + geom_cloud(frames["outliers"], aes("x", "self_delay_ms"), size=0.3, alpha=0.3,
                      colour=grey, stroke=0.5, raster=True)
         + scale_x_continuous(breaks=list(range(1, len(variants) + 1)), labels=variants,
                              limits=(0.4, len(variants) + 0.6), expand=(0, 0))
