@@ -67,13 +67,14 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
     recs = []
     cols = ["trial_path", "definition_id", "config_hash", "household_id", "price_bucket",
             "direction", "variant", "repetition"]
+    packed_in: dict[str, dict] = {}  # definition directory -> its packed trials, read once
     for r in trials[cols].sort_values("trial_path").itertuples(index=False):
         rec = {"path": r.trial_path, "definition_id": r.definition_id,
                "config_hash": r.config_hash or None,
                "household_id": int(r.household_id),
                "price_bucket": str(r.price_bucket), "direction": r.direction,
                "variant": r.variant, "repetition": int(r.repetition)}
-        packed = None if os.path.isdir(r.trial_path) else _packed(r.trial_path)
+        packed = None if os.path.isdir(r.trial_path) else _packed(r.trial_path, packed_in)
         if packed is not None:  # its files are members of a pack (trial.packs)
             rec["pack"] = packed.archive.as_posix()
             rec["files"] = {name: h for name, (_size, h) in sorted(packed.members.items())}
@@ -93,10 +94,18 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
     }
 
 
-def _packed(path: str):
+def _packed(path: str, packed_in: dict):
+    """The pack of the trial at ``path`` (as trial.packs.find), its definition's packs looked up
+    once per call of build_sidecar (``packed_in``), not once per trial."""
     from latency_divide.trial import packs
 
-    return packs.find(Path(path))
+    parts = Path(path).parts
+    if len(parts) < 5:
+        return None
+    def_dir = os.path.join(*parts[:-4])
+    if def_dir not in packed_in:
+        packed_in[def_dir] = packs.trials_in(def_dir)
+    return packed_in[def_dir].get("/".join(parts[-4:]))
 
 
 def _trial_hashes(path: str) -> dict[str, str]:
