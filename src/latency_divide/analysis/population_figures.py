@@ -113,7 +113,9 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
     offset = {v: (i + 0.5) * step - DODGE / 2 for i, v in enumerate(variants)}
     d = d.assign(x=d["percentile"] + d["variant"].map(offset).astype(float))
     facets = "metric ~ direction + bucket" if buckets else "metric ~ direction"
-    ci = d[np.isfinite(d["lo_pct"]) & np.isfinite(d["hi_pct"])]
+    # one group for every bar of a panel: plotnine draws a geom's groups one by one, and the
+    # bars, coloured row by row, need no more (the lines keep a group per variant)
+    ci = d[np.isfinite(d["lo_pct"]) & np.isfinite(d["hi_pct"])].assign(bars=0)
     return (
         ggplot(d, aes("x", "change_pct", colour="variant", group="variant"))
         # Facebook's "best connections" (p10-p50) and "worst connections" (p75-p95)
@@ -124,7 +126,7 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
         + geom_hline(yintercept=0, colour="grey")
         + geom_line()
         + geom_point(size=1.2)
-        + geom_errorbar(ci, aes(ymin="lo_pct", ymax="hi_pct"), width=0.75 * step)
+        + geom_errorbar(ci, aes(ymin="lo_pct", ymax="hi_pct", group="bars"), width=0.75 * step)
         + scale_x_continuous(breaks=pcts, labels=[f"p{int(round(p))}" for p in pcts])
         + facet_grid(facets, scales="free_y")
         + labs(x="percentile across households (green: best p10-p50, red: worst p75-p95)",
