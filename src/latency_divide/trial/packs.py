@@ -324,25 +324,38 @@ def split(metas, base: Path = Path(".")) -> tuple[list[str], list[str]]:
     that hold the others, each once: archive, index and parsed cache where present).
 
     A trial both loose and in a pack is taken as loose (publishing packs loose trials and then
-    removes them; in between, the pack is not yet read)."""
+    removes them; in between, the pack is not yet read). Snakemake calls this for every
+    companion while it parses the workflow (10,000 trials and more): paths are handled as
+    strings, and each definition's packs and each pack's files are looked up once."""
     loose: list[str] = []
     pack_files: dict[str, None] = {}
-    metas = list(metas)
-    bad = [a for d in sorted({(base / m).parents[4] for m in metas}) for a in orphans(d)]
+    metas = [str(m) for m in metas]
+    # <def>/<household>/<direction>/<variant>/rep<r>/meta.json: the definition directory and
+    # the trial's key in its packs (trial_key)
+    split_at = [m.rsplit("/", 5) for m in metas]
+    def_dirs = sorted({s[0] for s in split_at if len(s) == 6})
+    bad = [a for d in def_dirs for a in orphans(base / d)]
     if bad:
         raise PackError(f"{', '.join(map(str, bad))}: an archive without its index (pack-NNNN"
                         f".json): published, `dvc checkout --force` or `dvc pull --force` brings "
                         f"the index back; a pack cut short while written, remove the archive and "
                         f"publish again")
-    for m in metas:
-        d = Path(m).parent
-        if (base / m).exists():
-            loose.append(str(m))
+    packed_in: dict[str, dict[str, Packed]] = {}
+    archive_seen: set[Path] = set()
+    b = str(base)
+    for m, parts in zip(metas, split_at):
+        if len(parts) != 6 or os.path.exists(os.path.join(b, m)):
+            loose.append(m)
             continue
-        p = find(base / d)
+        if parts[0] not in packed_in:
+            packed_in[parts[0]] = trials_in(base / parts[0])
+        p = packed_in[parts[0]].get("/".join(parts[1:5]))
         if p is None:
-            loose.append(str(m))
+            loose.append(m)
             continue
+        if p.archive in archive_seen:
+            continue
+        archive_seen.add(p.archive)
         rel = p.archive.relative_to(base) if base != Path(".") else p.archive
         for f in (rel, index_path(rel), *_cache_files(rel)):
             if (base / f).exists():
