@@ -25,6 +25,7 @@ from latency_divide.analysis.facebook import side_by_side, to_markdown
 from latency_divide.analysis.population import percentile_table
 from latency_divide.analysis.tables import collect
 from latency_divide.config import load_config
+from latency_divide.trial import rawio
 from latency_divide.trial.layout import trial_path
 from latency_divide.trial.sweep import trial_ids
 
@@ -34,7 +35,7 @@ def direction_trials(config: str, raw: Path, direction: str, jobs: int = 2):
     parsed as the tables do; exits naming the first missing or unusable trial."""
     cfg = load_config(config)
     dirs = [trial_path(raw, *t) for t in trial_ids(cfg) if t[2] == direction]
-    missing = [d for d in dirs if not (d / "meta.json").is_file()]
+    missing = [d for d in dirs if not rawio.exists(d, "meta.json")]  # loose or packed
     if missing:
         sys.exit(f"{len(missing)} of the {len(dirs)} {direction} trials of {config} are not "
                  f"under {raw} (first: {missing[0]})")
