@@ -12,9 +12,11 @@ norm_tput and transport RTT, and the median per-household transport-RTT change a
     .venv/bin/python bench/bench_population_buffers.py \\
         results/companions/population/tables/trials.parquet
     .venv/bin/python bench/bench_population_buffers.py --direction uplink   # from results/raw
+    .venv/bin/python bench/bench_population_buffers.py --direction uplink \
+        --config config/population-mvfst.yaml
 
-(the second while the run is published in part: one complete direction of
-config/population.yaml, parsed as bench/bench_population_answer.py does).
+(the second and third while a run is published in part: one complete direction of a
+population config, parsed as bench/bench_population_answer.py does).
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trials", type=Path, nargs="?", help="a trials.parquet")
     ap.add_argument("--direction", choices=("uplink", "downlink"),
-                    help="instead: this direction's trials of config/population.yaml")
+                    help="instead: this direction's trials of --config, from results/raw")
+    ap.add_argument("--config", default="config/population.yaml",
+                    help="the population config of --direction (default config/population.yaml;"
+                         " config/population-mvfst.yaml for tperf)")
     a = ap.parse_args()
     if (a.trials is None) == (a.direction is None):
         ap.error("give a trials table or --direction")
@@ -52,7 +57,7 @@ def main() -> int:
     else:
         from bench_population_answer import direction_trials
 
-        tr = direction_trials("config/population.yaml", Path("results/raw"), a.direction)[1]
+        tr = direction_trials(a.config, Path("results/raw"), a.direction)[1]
     tr["buffer_pkts"] = [buffer_bytes(p, d) / PACKET_BYTES
                          for p, d in zip(tr["trial_path"], tr["direction"])]
     tr["buffer_class"] = ""

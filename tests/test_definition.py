@@ -149,3 +149,47 @@ def test_a_definition_file_that_does_not_fit_its_directory_is_a_finding(tmp_path
     (d.parents[3] / "definition.json").write_text(json.dumps(defn))
     found = [str(f) for f in check_trial(d)]
     assert found and "definition.json: its definition hashes to def-" in found[0], found
+
+
+def test_tperf_runs_bbr_paced_and_that_is_its_own_definition():
+    from latency_divide.trial.spec import sender_argv
+
+    cfg = load_config(_raw("population-mvfst.yaml"))
+    ids = {v: d for d, _, _, v, _ in trial_ids(cfg)}
+    # the BBR trials run before pacing (mvfst ran Cubic for them) are not this definition's;
+    # the other variants keep their published ids
+    assert ids == {"cubic": "def-f71b1c28dd", "bbr": "def-09b3833fdf",
+                   "copa-0.04": "def-d303339c9d", "copa-0.5": "def-30ee812074"}
+    bbr = definition.of_config(cfg, cfg.variant("bbr"))
+    assert bbr["tool"]["pacing"] is True and "paced" in definition.describe(bbr)
+    assert "pacing" not in definition.of_config(cfg, cfg.variant("cubic"))["tool"]
+    # tquic-perf paces by itself: its BBR definitions are unchanged
+    tq = load_config(_raw("population.yaml"))
+    assert "pacing" not in definition.of_config(tq, tq.variant("bbr"))["tool"]
+    assert definition.paced("tperf", "bbr") and not definition.paced("tquic-perf", "bbr")
+    assert not definition.paced("tperf", "cubic") and not definition.paced("tperf", "copa")
+    # the sender's command line: -pacing=true for tperf's BBR only
+    from latency_divide.config import ToolSettings, Variant
+    from latency_divide.data.households import get_household
+    from latency_divide.trial.spec import TrialSpec
+
+    def argv(tool: str, cc: str) -> list[str]:
+        spec = TrialSpec(household=get_household(9747), direction="uplink",
+                         variant=Variant(name=cc, cc=cc),
+                         tool=ToolSettings(name=tool, path=None, window_bytes=65536))
+        assert definition.definition_id(spec.definition()) == definition.definition_id(
+            definition.make_definition(**{**_spec_kw(spec), "pacing": tool == "tperf"
+                                          and cc == "bbr"}))
+        return sender_argv(spec, tool, None, "10.0.0.1")
+
+    assert argv("tperf", "bbr").count("-pacing=true") == 1
+    assert "-pacing=true" not in argv("tperf", "cubic") + argv("tquic-perf", "bbr")
+
+
+def _spec_kw(spec) -> dict:
+    return dict(testbed="local", delay=spec.delay, qfactor=spec.qfactor,
+                duration_s=spec.duration_s, idle_s=spec.idle_s,
+                ping_interval_s=spec.ping_interval_s, queue_interval_s=spec.queue_interval_s,
+                tool_name=spec.tool.name, window_bytes=spec.tool.window_bytes,
+                tool_args=spec.tool.args, cc=spec.variant.cc, delta=spec.variant.delta,
+                qlog=spec.tool.qlog)

@@ -394,3 +394,30 @@ def test_qlog_summary_is_the_qlogs_numbers(tmp_path):
     qlog.write_text("")
     with pytest.raises(QlogError, match="no qlog events"):
         summarize_server_qlog([qlog])
+
+
+def test_a_sender_that_ran_another_congestion_control_is_named():
+    from latency_divide.parsers.tool import cc_fallback
+
+    # real: mvfst asked for BBR without pacing runs Cubic, and says so once in its log
+    why = cc_fallback((DATA / "tperf-unpaced-bbr-sender.log").read_text())
+    assert why is not None and why.startswith("the sender ran Cubic, not BBR")
+    for name in ("tperf-glog-year-server-cubic.stderr", "tperf-2021flags-sender.log",
+                 "copa-server.log"):
+        assert cc_fallback((DATA / name).read_text()) is None, name
+
+
+def test_the_tables_leave_out_a_trial_whose_sender_ran_another_congestion_control(tmp_path):
+    import shutil
+
+    from latency_divide.analysis.reader import TrialInvalid, load_trial
+
+    src = DATA.parent / "trials" / "def-062df6263f" / "9254" / "downlink" / "cubic" / "rep1"
+    d = tmp_path / "def-062df6263f" / "9254" / "downlink" / "cubic" / "rep1"
+    shutil.copytree(src, d)
+    load_trial(d)  # as captured: usable
+    with (d / "sender.log").open("a") as f:  # the line mvfst logs, from the real capture
+        f.write(next(line for line in (DATA / "tperf-unpaced-bbr-sender.log").read_text()
+                     .splitlines(keepends=True) if "Unpaced BBR" in line))
+    with pytest.raises(TrialInvalid, match="the sender ran Cubic, not BBR"):
+        load_trial(d)

@@ -39,6 +39,7 @@ from latency_divide.trial.layout import (
     QUEUE_LOG,
     RECEIVER_LOG,
     REQUIRED_LOGS,
+    SENDER_LOG,
     parse_trial_path,
 )
 
@@ -118,7 +119,7 @@ def _meta_get(path: Path, meta: dict, *keys):
 
 def load_trial(path: Path | str) -> Trial:
     """Read and parse one trial directory; :class:`TrialInvalid` if it cannot be used."""
-    from latency_divide.parsers.tool import ToolParseError, parse_tool_log
+    from latency_divide.parsers.tool import ToolParseError, cc_fallback, parse_tool_log
 
     path = Path(path)
     try:
@@ -169,6 +170,10 @@ def load_trial(path: Path | str) -> Trial:
         raise TrialInvalid(path, f"{RECEIVER_LOG}: {e}") from None
     if not tool.complete:
         raise TrialInvalid(path, f"{RECEIVER_LOG} is truncated (no complete transfer summary)")
+    if rawio.exists(path, SENDER_LOG):
+        fallback = cc_fallback(_read(path, SENDER_LOG))
+        if fallback:  # not the variant it is filed under
+            raise TrialInvalid(path, fallback)
     try:
         queue = parse_queue(_read(path, QUEUE_LOG))
     except QueueParseError as e:

@@ -228,3 +228,19 @@ def parse_sender_log(text: str) -> SenderRtt | None:
         return None
     lineno, values = last
     return _sender_rtt(values, f"line {lineno}")
+
+
+#: a sender's log line that says it runs another congestion control than it was asked for ->
+#: what it runs instead (mvfst's QuicTransportBaseLite::validateCongestionAndPacing)
+CC_FALLBACKS = {"Unpaced BBR isn't supported": "the sender ran Cubic, not BBR: mvfst runs BBR "
+                                                "only paced (-pacing)"}
+
+
+def cc_fallback(sender_log: str) -> str | None:
+    """Why the sender did not run the congestion control it was asked for, from its log; None
+    when its log says nothing of the kind."""
+    for line in sender_log.splitlines():
+        for marker, why in CC_FALLBACKS.items():
+            if marker in line:
+                return f"{why} ({marker!r} in the sender's log)"
+    return None

@@ -8,7 +8,7 @@ definition. The definition of a trial is
      "delay": "auto" | "netem" | "delayline",   # testbed.delay, as configured
      "qfactor": 2.0,
      "trial": {"duration_s", "idle_s", "ping_interval_s", "queue_interval_s"},
-     "tool": {"name", "window_bytes", "args"[, "qlog": true]},
+     "tool": {"name", "window_bytes", "args"[, "qlog": true][, "pacing": true]},
      "variant": {"cc", "delta"}}
 
 and its id is ``def-`` + the first 10 hex digits of the sha256 of its canonical JSON (sorted
@@ -46,22 +46,28 @@ from latency_divide.vocab import DELAY_MECHANISMS
 DEFINITION_VERSION = 1
 
 
+#: congestion controls a tool runs only with pacing on: mvfst, asked for BBR unpaced, logs
+#: "Unpaced BBR isn't supported" and runs Cubic instead (QuicTransportBaseLite::
+#: validateCongestionAndPacing); tperf's pacing is off by default (-pacing)
+PACED_CC = {"tperf": frozenset({"bbr"})}
 
 
-
-
-
-
+def paced(tool_name: str, cc: str) -> bool:
+    """Whether the tool's sender runs ``cc`` with pacing on (trial.spec adds the flag)."""
+    return cc in PACED_CC.get(tool_name, frozenset())
 
 
 def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: float,
                     idle_s: float, ping_interval_s: float, queue_interval_s: float,
                     tool_name: str, window_bytes: int, tool_args=(), cc: str,
-                    delta: float | None, qlog: bool = False) -> dict[str, Any]:
-    """The definition (a JSON-able dict with canonical number types). ``tool.qlog`` is
-    there only when true, so the ids of definitions without it are unchanged."""
+                    delta: float | None, qlog: bool = False,
+                    pacing: bool = False) -> dict[str, Any]:
+    """The definition (a JSON-able dict with canonical number types). ``tool.qlog`` and
+    ``tool.pacing`` are there only when true, so the ids of definitions without them are
+    unchanged (tperf's BBR trials before pacing, def-f1f96f89f2, ran Cubic: docs/population.md)."""
     tool = {"name": str(tool_name), "window_bytes": int(window_bytes),
-            "args": [str(a) for a in tool_args], **({"qlog": True} if qlog else {})}
+            "args": [str(a) for a in tool_args], **({"qlog": True} if qlog else {}),
+            **({"pacing": True} if pacing else {})}
     return {
         "version": DEFINITION_VERSION,
         "testbed": str(testbed),
@@ -83,14 +89,13 @@ def of_config(cfg, variant) -> dict[str, Any]:
         duration_s=t.duration_s, idle_s=t.idle_s, ping_interval_s=t.ping_interval_s,
         queue_interval_s=t.queue_interval_s, tool_name=cfg.tool.name,
         window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
-        delta=variant.delta, qlog=cfg.tool_for(variant).qlog)
+        delta=variant.delta, qlog=cfg.tool_for(variant).qlog,
+        pacing=paced(cfg.tool.name, variant.cc))
 
 
 def definition_id(definition: Mapping[str, Any]) -> str:
     text = json.dumps(definition, sort_keys=True, separators=(",", ":"))
     return ID_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
 
 
 def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,7 +111,8 @@ def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
         idle_s=meta["idle_s"], ping_interval_s=meta["ping"]["interval_s"],
         queue_interval_s=meta["queue"]["interval_s"], tool_name=tool["name"],
         window_bytes=tool["window_bytes"], tool_args=tool.get("args", []), cc=variant["cc"],
-        delta=variant.get("delta"), qlog=bool(tool.get("qlog", False)))
+        delta=variant.get("delta"), qlog=bool(tool.get("qlog", False)),
+        pacing=bool(tool.get("pacing", False)))
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -185,6 +191,7 @@ def describe(definition: Mapping[str, Any]) -> str:
     cc = v["cc"] + (f" delta={v['delta']:g}" if v.get("delta") is not None else "")
     args = (" " + " ".join(tool["args"])) if tool.get("args") else ""
     args += " qlog" if tool.get("qlog") else ""
+    args += " paced" if tool.get("pacing") else ""
     return (f"{cc}; {tool['name']} window={tool['window_bytes']}{args}; "
             f"duration={t['duration_s']:g}s idle={t['idle_s']:g}s ping={t['ping_interval_s']:g}s "
             f"queue={t['queue_interval_s']:g}s; qfactor={definition['qfactor']:g}; "

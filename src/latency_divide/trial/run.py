@@ -31,7 +31,7 @@ from latency_divide.errors import (
 from latency_divide.fsio import write_json_atomic
 from latency_divide.links.plan import make_linkplan
 from latency_divide.parsers.qlog import QlogError, summarize_server_qlog
-from latency_divide.parsers.tool import parse_tool_log
+from latency_divide.parsers.tool import cc_fallback, parse_tool_log
 from latency_divide.paths import git_revision, repo_root
 from latency_divide.testbed.factory import make_testbed
 from latency_divide.testbed.runners import Runner, pid_alive
@@ -235,6 +235,9 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
 
     if qlog_dir is not None:
         _reduce_qlog(qlog_dir, d / QLOG_SUMMARY)
+    fallback = cc_fallback((d / SENDER_LOG).read_text(errors="replace"))
+    if fallback:
+        raise TrialError(f"trial {spec.trial_id}: {fallback}")
     text = (d / RECEIVER_LOG).read_text(errors="replace")
     if rc != 0 or not parse_tool_log(text).complete:
         tail = " | ".join(text.strip().splitlines()[-3:])
@@ -273,6 +276,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
                  "sha256": found["binary_sha256"], "version": found["tool_version"],
                  "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),
                  **({"qlog": True} if spec.tool.qlog else {}),
+                 **({"pacing": True} if definition.paced(spec.tool.name, spec.variant.cc)
+                    else {}),
                  "sender_node": ep["sender"], "receiver_node": ep["receiver"],
                  "sender_argv": s_argv, "receiver_argv": r_argv, "receiver_exit_code": rc,
                  # SCHED_FIFO priority the ends ran at (0: normal), and why if not as asked

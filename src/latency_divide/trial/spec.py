@@ -99,7 +99,8 @@ class TrialSpec:
             duration_s=self.duration_s, idle_s=self.idle_s, ping_interval_s=self.ping_interval_s,
             queue_interval_s=self.queue_interval_s, tool_name=self.tool.name,
             window_bytes=self.tool.window_bytes, tool_args=self.tool.args, cc=self.variant.cc,
-            delta=self.variant.delta, qlog=self.tool.qlog)
+            delta=self.variant.delta, qlog=self.tool.qlog,
+            pacing=definition.paced(self.tool.name, self.variant.cc))
 
     def definition_id(self, testbed_kind: str = "local") -> str:
         return definition.definition_id(self.definition(testbed_kind))
@@ -114,6 +115,8 @@ def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr
     if spec.variant.cc == "copa":
         argv += ["-latency_factor", repr(float(spec.variant.delta if spec.variant.delta
                                                is not None else 0.5))]
+    if definition.paced(spec.tool.name, spec.variant.cc):
+        argv += ["-pacing=true"]
     if spec.tool.name == "tquic-perf":
         argv += ["-once"]
         if json_path:
