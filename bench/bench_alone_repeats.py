@@ -31,13 +31,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from _trials import ROOT
-from bench_alone_sample import cli_variant, trial_argv
+from bench_alone_sample import trial_argv
 
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
 from latency_divide.trial import rawio
 from latency_divide.trial.layout import trial_meta_path
-from latency_divide.trial.sweep import trial_ids
+from latency_divide.trial.sweep import alone_variant, trial_ids
 
 
 def published_groups(cfg, reference: Path, variants) -> dict[tuple, list[float]]:
@@ -98,7 +98,7 @@ def main() -> int:
         alone = []
         for rep in range(1, a.reps + 1):
             k += 1
-            meta = trial_meta_path(a.out, def_id, hid, direction, cli_variant(cfg, variant), rep)
+            meta = trial_meta_path(a.out, def_id, hid, direction, alone_variant(cfg, variant), rep)
             if not meta.exists():
                 p = subprocess.run(trial_argv(cfg, hid, direction, variant, rep, a.out),
                                    capture_output=True, text=True)

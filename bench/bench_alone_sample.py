@@ -34,35 +34,12 @@ from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.config import load_config
 from latency_divide.trial import rawio
 from latency_divide.trial.layout import trial_meta_path
-from latency_divide.trial.sweep import trial_ids
+from latency_divide.trial.sweep import alone_args, alone_variant, trial_ids
 
 
 def trial_argv(cfg, hid: int, direction: str, variant: str, rep: int, out: Path) -> list[str]:
     """`latency-divide trial` for one trial of ``cfg``: the same definition as its workflow."""
-    v = cfg.variant(variant)
-    tool = cfg.tool_for(v)
-    t = cfg.trial
-    argv = [str(CLI), "trial", str(hid), "--direction", direction, "--cc", v.cc,
-            "--duration", f"{t.duration_s:g}", "--idle", f"{t.idle_s:g}",
-            "--repetition", str(rep), "--qfactor", f"{cfg.qfactor:g}",
-            "--queue-interval", f"{t.queue_interval_s:g}",
-            "--delay", cfg.testbed.delay, "--tool", tool.name, "--window",
-            str(tool.window_bytes), "--ping-interval", f"{t.ping_interval_s:g}",
-            "--retries", str(t.retries), "--out", str(out)]
-    if v.delta is not None:
-        argv += ["--delta", f"{v.delta:g}"]
-    if tool.path:
-        argv += ["--tool-path", str(tool.binary())]
-    if tool.qlog:
-        argv += ["--qlog"]
-    return argv + [f"--tool-arg={a}" for a in tool.args]
-
-
-def cli_variant(cfg, variant: str) -> str:
-    """The variant name `latency-divide trial` gives a trial (its cc, or copa-<δ>): the
-    directory of the alone run (the definition id is the config's)."""
-    v = cfg.variant(variant)
-    return f"copa-{v.delta:g}" if v.cc == "copa" else v.cc
+    return [str(CLI), *alone_args(cfg, hid, direction, variant, rep, out)]
 
 
 def main() -> int:
@@ -92,7 +69,7 @@ def main() -> int:
         sample = random.Random(a.seed).sample(pool, min(a.sample, len(pool)))
         t0 = time.monotonic()
         for k, (def_id, hid, direction, variant, _) in enumerate(sample, 1):
-            alone = trial_meta_path(a.out, def_id, hid, direction, cli_variant(cfg, variant), 1)
+            alone = trial_meta_path(a.out, def_id, hid, direction, alone_variant(cfg, variant), 1)
             if not alone.exists():
                 p = subprocess.run(trial_argv(cfg, hid, direction, variant, 1, a.out),
                                    capture_output=True, text=True)

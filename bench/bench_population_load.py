@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 from _trials import ROOT, summaries, trial_preconditions
-from bench_alone_sample import cli_variant, trial_argv
+from bench_alone_sample import trial_argv
 from bench_fidelity_tail import beyond, run_sweep
 
 from latency_divide.config import load_config
 from latency_divide.data.households import get_households
 from latency_divide.trial.layout import trial_meta_path
-from latency_divide.trial.sweep import trial_ids
+from latency_divide.trial.sweep import alone_variant, trial_ids
 
 HEALTH = ("concurrency", "tool_wait_ms_per_s", "tool_wait_ms_per_s_worst",
           "tool_wait_per_slice_us", "cpu_pressure_some_pct")
@@ -76,7 +76,7 @@ def main() -> int:
     cfg = load_config(cfg_path)
     todo = [t for t in trial_ids(cfg) if t[3] in a.alone_variants]
     for k, (def_id, hid, direction, variant, _) in enumerate(todo, 1):
-        if trial_meta_path(a.alone, def_id, hid, direction, cli_variant(cfg, variant), 1).exists():
+        if trial_meta_path(a.alone, def_id, hid, direction, alone_variant(cfg, variant), 1).exists():
             continue
         print(f"alone {k} of {len(todo)}: {hid} {direction} {variant}", flush=True)
         subprocess.run(trial_argv(cfg, hid, direction, variant, 1, a.alone), check=True,

@@ -62,6 +62,16 @@ def beyond_fidelity(got: dict, ref: dict) -> tuple[float, float, bool]:
     return dnt, dsd, bad
 
 
+def beyond_every(got: dict, refs: list[dict]) -> bool:
+    """Is trial row ``got`` beyond the per-trial bounds against every one of ``refs`` (runs of
+    the same trial alone)? A trial whose alone runs spread wider than the bounds themselves
+    (Copa δ 0.5's self-delay on 12512's downlink: 8.7 to 10.4 ms in six 20 s runs) is right
+    when it agrees with one of them, and wrong when it agrees with none."""
+    if not refs:
+        raise ValueError("no reference runs to judge the trial against")
+    return all(beyond_fidelity(got, ref)[2] for ref in refs)
+
+
 def delayline_lateness(log_text: str) -> dict[str, float | None]:
     """The worst direction's release lateness (p50/p99/max µs) from the delay line's usage
     line (tools/delayline/README.md); None each without the keys (older delay line, netem)."""

@@ -37,3 +37,33 @@ def nominal_trial_s(cfg) -> float:
     """A trial's expected wall time before any has been measured: idle + transfer + ~3 s
     of setup, connection, tail and teardown."""
     return cfg.trial.idle_s + cfg.trial.duration_s + 3.0
+
+
+def alone_args(cfg, household: int, direction: str, variant: str, repetition: int,
+               out) -> list[str]:
+    """The arguments of `latency-divide trial` (after the program) that measure one trial of
+    ``cfg`` alone, with the same definition as its workflow's trial: the runs a trial is
+    judged against (README "Emulation health")."""
+    v = cfg.variant(variant)
+    tool = cfg.tool_for(v)
+    t = cfg.trial
+    args = ["trial", str(household), "--direction", direction, "--cc", v.cc,
+            "--duration", f"{t.duration_s:g}", "--idle", f"{t.idle_s:g}",
+            "--repetition", str(repetition), "--qfactor", f"{cfg.qfactor:g}",
+            "--queue-interval", f"{t.queue_interval_s:g}",
+            "--delay", cfg.testbed.delay, "--tool", tool.name, "--window",
+            str(tool.window_bytes), "--ping-interval", f"{t.ping_interval_s:g}",
+            "--retries", str(t.retries), "--out", str(out)]
+    if v.delta is not None:
+        args += ["--delta", f"{v.delta:g}"]
+    if tool.path:
+        args += ["--tool-path", str(tool.binary())]
+    if tool.qlog:
+        args += ["--qlog"]
+    return args + [f"--tool-arg={a}" for a in tool.args]
+
+
+def alone_variant(cfg, variant: str) -> str:
+    """The variant directory `latency-divide trial` gives a trial (its cc, or copa-<δ>)."""
+    v = cfg.variant(variant)
+    return f"copa-{v.delta:g}" if v.cc == "copa" else v.cc
