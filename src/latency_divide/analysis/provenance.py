@@ -105,7 +105,7 @@ def _packed(path: str, packed_in: dict):
     def_dir = os.path.join(*parts[:-4])
     if def_dir not in packed_in:
         packed_in[def_dir] = packs.trials_in(def_dir)
-    return packed_in[def_dir].get("/".join(parts[-4:]))
+    return packed_in[def_dir].get(packs.trial_key(path))
 
 
 def _trial_hashes(path: str) -> dict[str, str]:
