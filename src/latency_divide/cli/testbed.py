@@ -59,14 +59,15 @@ def _trial(args) -> int:
     from latency_divide.testbed.runners import interrupt_on_sigterm
     from latency_divide.trial.run import run_trial_with_retries
     from latency_divide.trial.spec import TrialSpec
+    from latency_divide.trial.sweep import trial_variant_name
 
     if args.cc == "copa":
         delta = 0.5 if args.delta is None else args.delta
-        variant = Variant(name=f"copa-{delta:g}", cc="copa", delta=delta)
+        variant = Variant(name=trial_variant_name("copa", delta), cc="copa", delta=delta)
     elif args.delta is not None:
         raise ConfigError(f"--delta {args.delta} is only meaningful with --cc copa")
     else:
-        variant = Variant(name=args.cc, cc=args.cc)
+        variant = Variant(name=trial_variant_name(args.cc, None), cc=args.cc)
     try:
         spec = TrialSpec(
             household=get_household(args.household), direction=args.direction, variant=variant,

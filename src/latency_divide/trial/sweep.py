@@ -63,7 +63,13 @@ def alone_args(cfg, household: int, direction: str, variant: str, repetition: in
     return args + [f"--tool-arg={a}" for a in tool.args]
 
 
+def trial_variant_name(cc: str, delta: float | None) -> str:
+    """The variant name (and directory) `latency-divide trial` gives a trial: its cc, or
+    copa-<δ>."""
+    return f"copa-{delta:g}" if cc == "copa" else cc
+
+
 def alone_variant(cfg, variant: str) -> str:
-    """The variant directory `latency-divide trial` gives a trial (its cc, or copa-<δ>)."""
+    """The variant directory of ``cfg``'s ``variant`` measured alone (`latency-divide trial`)."""
     v = cfg.variant(variant)
-    return f"copa-{v.delta:g}" if v.cc == "copa" else v.cc
+    return trial_variant_name(v.cc, v.delta)
