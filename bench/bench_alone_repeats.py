@@ -7,7 +7,7 @@ among the other trials. For each of those groups (household, direction, variant)
 published repetitions span more than ``--wider-than`` in norm_tput, and as many of the others
 drawn with a seed (``--narrow``, the control), this runs the same trial ``--reps`` times alone
 (one `latency-divide trial` at a time, nothing else of ours running; the same definition as
-the workflow's, bench_alone_sample.trial_argv) into ``--out`` (reused: repetitions already
+the workflow's, trial.sweep.alone_args) into ``--out`` (reused: repetitions already
 there are not run again) and prints both spreads side by side. A group that spreads alone too
 spreads because of the stack, not because of the host it shared. Needs root. Example (the
 wide Copa δ 0.5 groups of the tperf companion, about 3.5 min per group):
@@ -68,12 +68,17 @@ def main() -> int:
     ap.add_argument("--wider-than", type=float, default=0.03,
                     help="a group is wide if its published norm_tput spans more (default 0.03,"
                          " the per-trial bound)")
+    ap.add_argument("--wide", type=int, help="at most this many wide groups per variant, drawn "
+                    "with the seed (default: all)")
     ap.add_argument("--narrow", type=int, default=2, help="narrow groups run as a control")
     ap.add_argument("--reps", type=int, default=3, help="alone repetitions per group")
     ap.add_argument("--seed", type=int, default=24)
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
+        return 2
+    if a.wide is not None and a.wide < 1:
+        print(f"--wide {a.wide}: give at least 1 (or leave it out for all)", file=sys.stderr)
         return 2
     if a.reps < 2:
         print(f"--reps {a.reps}: a spread needs at least 2 repetitions", file=sys.stderr)
@@ -84,11 +89,19 @@ def main() -> int:
         print(f"{a.config}: no group with all its repetitions under {a.reference}",
               file=sys.stderr)
         return 1
-    wide = [k for k, v in groups.items() if spread(v) > a.wider_than]
-    narrow = [k for k in groups if k not in wide]
-    control = random.Random(a.seed).sample(narrow, min(a.narrow, len(narrow)))
+    all_wide = [k for k, v in groups.items() if spread(v) > a.wider_than]
+    narrow = [k for k in groups if k not in all_wide]
+    rng = random.Random(a.seed)
+    wide = all_wide
+    if a.wide is not None:
+        by_variant = defaultdict(list)
+        for k in all_wide:
+            by_variant[k[3]].append(k)
+        wide = [k for v in sorted(by_variant) for k in
+                sorted(rng.sample(by_variant[v], min(a.wide, len(by_variant[v]))))]
+    control = rng.sample(narrow, min(a.narrow, len(narrow)))
     chosen = [(k, "wide") for k in wide] + [(k, "narrow") for k in control]
-    print(f"{len(groups)} repeated groups published, {len(wide)} wider than {a.wider_than:g}; "
+    print(f"{len(groups)} repeated groups published, {len(all_wide)} wider than {a.wider_than:g}; "
           f"running {len(wide)} wide and {len(control)} narrow groups {a.reps} times alone",
           flush=True)
     total, k, t0 = len(chosen) * a.reps, 0, time.monotonic()
