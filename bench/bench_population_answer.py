@@ -8,7 +8,8 @@ moves with the host's CPU state: docs/population.md, "The same groups alone").
 
 `snakemake all` analyses a companion only once every trial of it is on disk; a population run
 is measured over several sessions (docs/population.md), and this gives the answer of a
-direction that is complete. It refuses a direction with trials missing.
+direction that is complete. It refuses a direction with trials missing, and leaves out (and
+counts) the trials the tables leave out.
 
     .venv/bin/python bench/bench_population_answer.py [--direction uplink] \\
         [--config config/population.yaml] [--raw results/raw] [--jobs 2]
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +29,17 @@ from _trials import ROOT  # noqa: F401  (puts src/ on the path)
 
 from latency_divide.analysis.facebook import side_by_side, to_markdown
 from latency_divide.analysis.population import percentile_table
+from latency_divide.analysis.reader import TrialSkipped
 from latency_divide.analysis.tables import collect
 from latency_divide.config import load_config
 from latency_divide.trial import rawio
 from latency_divide.trial.layout import trial_path
 from latency_divide.trial.sweep import trial_ids
+
+
+#: Reasons for which the tables leave a trial out and list it in exclusions.parquet (a link
+#: beyond the host it ran on, measured once; a failed health verdict): any other reason exits.
+LEFT_OUT = ("beyond the host it ran on: ", "emulation health failed: ")
 
 
 def direction_trials(config: str, raw: Path, direction: str, jobs: int = 2,
@@ -47,9 +55,16 @@ def direction_trials(config: str, raw: Path, direction: str, jobs: int = 2,
     elif missing:
         sys.exit(f"{len(missing)} of the {len(dirs)} {direction} trials of {config} are not "
                  f"under {raw} (first: {missing[0]})")
-    t = collect(dirs, jobs=jobs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrialSkipped)  # counted below
+        t = collect(dirs, jobs=jobs)
+    unusable = [e for e in t.skipped if not e.reason.startswith(LEFT_OUT)]
+    if unusable:
+        sys.exit(f"{len(unusable)} trials cannot be used, first: {unusable[0]}")
     if t.skipped:
-        sys.exit(f"{len(t.skipped)} trials cannot be used, first: {t.skipped[0]}")
+        hh = sorted({int(Path(e.path).parts[-4]) for e in t.skipped})
+        print(f"{len(t.skipped)} trials left out as the tables leave them out (exclusions."
+              f"parquet: beyond the host or its health failed), households {hh}\n")
     return cfg, t.trials
 
 
