@@ -62,7 +62,7 @@ def direction_trials(config: str, raw: Path, direction: str, jobs: int = 2,
     if unusable:
         sys.exit(f"{len(unusable)} trials cannot be used, first: {unusable[0]}")
     if t.skipped:
-        hh = sorted({int(Path(e.path).parts[-4]) for e in t.skipped})
+        hh = sorted(t.exclusions["household_id"].unique().tolist())
         print(f"{len(t.skipped)} trials left out as the tables leave them out (exclusions."
               f"parquet: beyond the host or its health failed), households {hh}\n")
     return cfg, t.trials
