@@ -423,6 +423,35 @@ def test_inventory_errors(tmp_path):
     assert load_inventory(raw).known_hosts is None
 
 
+def test_a_qlog_trial_asks_the_testbed_and_fails_before_anything_starts(tmp_path):
+    """trial.run asks the testbed whether it keeps a qlog (not which kind it is), before the
+    testbed's check: an SSH testbed whose nodes cannot be reached (loopback, port 2) is never
+    connected to, and no trial directory is made."""
+    from latency_divide.errors import EnvironmentError_
+    from latency_divide.testbed.local import LocalTestbed
+    from latency_divide.trial.run import run_trial
+    from latency_divide.trial.spec import TrialSpec
+
+    assert LocalTestbed.keeps_qlog and not SshTestbed.keeps_qlog
+    key = tmp_path / "id"
+    key.write_text("not really a key, only needs to exist\n")
+    nodes = {r: {"host": f"127.0.0.{i}", "port": 2}
+             for i, r in enumerate(("server", "gateway", "delay", "client"), 1)}
+    inv = load_inventory({"defaults": {"user": "root", "key": str(key)},
+                          "insecure_host_keys": True, "slices": [{"name": "s1", "nodes": nodes}]})
+    spec = TrialSpec(household=get_household(HOUSEHOLD), direction="uplink",
+                     variant=Variant("copa-0.5", "copa", 0.5), duration_s=5, idle_s=2,
+                     tool=ToolSettings(name="tperf", path="/opt/tperf", window_bytes=65536,
+                                       qlog=True))
+    tb = SshTestbed(inv)
+    try:
+        with pytest.raises(EnvironmentError_, match="'ssh' testbed does not keep the tool's qlog"):
+            run_trial(spec, tmp_path / "raw", testbed=tb)
+    finally:
+        tb.close()
+    assert not tb._conns and not (tmp_path / "raw").exists()
+
+
 def test_example_inventory_is_valid():
     raw = yaml.safe_load((ROOT / "config" / "testbeds" / "ssh.example.yaml").read_text())
     import jsonschema

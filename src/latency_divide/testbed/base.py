@@ -8,7 +8,8 @@ A trial (trial.run) sees a testbed through two protocols, written once here:
   ``binary_sha256``, ``tool_version`` (the traffic tool as the nodes run it), ``mechanism``
   (netem or delayline), ``delayline`` (its binary, as the delay node runs it), ``offloads``
   (what is done to them), and the testbed's own facts. ``open(spec, plan, log_dir, found)``
-  returns a :class:`Slice`; ``close()`` lets go of connections.
+  returns a :class:`Slice`; ``close()`` lets go of connections. A trial asks a testbed what
+  it can do (``keeps_qlog``) and branches on no ``kind`` (which only names the definition).
 - :class:`Slice`: the four nodes of one trial, set up and shaped by the link plan while the
   context manager is open and restored in ``__exit__`` (also after a failure, whose error is
   kept). It runs commands on a node (``runner(role)``), starts and stops processes by PID
@@ -82,7 +83,11 @@ class Slice(Protocol):
 
 
 class Testbed(Protocol):
+    #: the testbed's name in definitions and meta.json (local, ssh); a trial does not branch on it
     kind: str
+    #: what it can do: the sender's qlog (tperf's, hundreds of MB at a fast link) is written
+    #: where the trial directory is and summarised there
+    keeps_qlog: bool
 
     def check(self, spec) -> dict: ...
 

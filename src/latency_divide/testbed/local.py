@@ -64,6 +64,8 @@ class LocalTestbed:
     """Trials in namespaces on this host (testbed.base.Testbed)."""
 
     kind = "local"
+    #: the sender runs on this host: its qlog is written into the trial directory
+    keeps_qlog = True
 
     def check(self, spec) -> dict:
         """Fail before anything starts; return what was found (for meta.json)."""

@@ -113,6 +113,11 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     unless ``keep_unhealthy`` (the last attempt): then it is kept, with its verdict, and the
     analysis lists it among the exclusions."""
     testbed = testbed or make_testbed("local")
+    # what the testbed can do, asked before anything starts (not which kind it is)
+    if spec.tool.qlog and not testbed.keeps_qlog:
+        raise EnvironmentError_(f"qlog: the {testbed.kind!r} testbed does not keep the tool's "
+                                "qlog (a fast link's qlog is hundreds of MB on the node); run "
+                                "qlog trials on the local testbed")
     found = testbed.check(spec)
     final = Path(out_root) / spec.definition_id(testbed.kind) / spec.trial_id
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -151,9 +156,6 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     host_before = host_info()
     cpu_before = cpu_times()
 
-    if spec.tool.qlog and testbed.kind != "local":
-        raise EnvironmentError_(f"qlog: only on the local testbed, not {testbed.kind!r} (a fast "
-                                "link's qlog is hundreds of MB on the node)")
     qlog_dir = None
     if spec.tool.qlog:
         qlog_dir = d / QLOG_DIR

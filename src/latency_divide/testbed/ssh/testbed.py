@@ -63,6 +63,8 @@ class SshTestbed:
     """Trials on one slice of an inventory (testbed.base.Testbed)."""
 
     kind = "ssh"
+    #: a fast link's qlog is hundreds of MB on the remote node, fetched over SSH: not kept
+    keeps_qlog = False
 
     def __init__(self, inventory: Inventory | str | Path, slice_name: str | None = None):
         self.inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
