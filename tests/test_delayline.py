@@ -60,9 +60,13 @@ if mode == "recv":
 else:
     addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     interval, size = float(sys.argv[5]), int(sys.argv[6])
+    t0 = now()
     for i in range(n):
+        if 0 < interval < 0.002:  # paced like a link: busy-wait to each slot
+            while now() < t0 + int(i * interval * 1e9):
+                pass
         s.sendto(struct.pack("!QQ", i, now()).ljust(size, b"\0"), (addr, port))
-        if interval:
+        if interval >= 0.002:
             time.sleep(interval)
 """
 
@@ -267,7 +271,7 @@ def test_sigterm_prints_stats_and_writes_json(line, start_delayline):
     assert ab_frames >= len(rtts) + 1 and ba_frames >= len(rtts) + 1
     assert ab_bytes >= 98 * ab_frames - 100 and ab_drops == 0 and ba_drops == 0
     stats = json.loads(d.stats_path.read_text())
-    assert stats["format"] == "delayline-stats" and stats["format_version"] == 1
+    assert stats["format"] == "delayline-stats" and stats["format_version"] == 2
     assert stats["a_to_b"]["frames"] == ab_frames and stats["b_to_a"]["bytes"] == ba_bytes
     assert stats["a_to_b"]["iface_in"] == line.if_da and stats["a_to_b"]["delay_ms"] == 2.0
     assert not [p for p in d.stats_path.parent.iterdir() if ".tmp." in p.name]
@@ -385,3 +389,81 @@ def test_not_root_is_a_clear_error(line):
         pytest.skip(str(e))
     assert res.returncode != 0
     assert "CAP_NET_RAW" in res.stderr, res.stderr
+
+
+def task_switches(pid: int) -> int:
+    """Context switches (voluntary + involuntary) of every thread of `pid` so far."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        for ln in status.read_text().splitlines():
+            if ln.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(ln.split()[1])
+    return total
+
+
+def test_a_paced_stream_is_released_in_batches_in_order_and_on_time(line, tmp_path,
+                                                                   start_delayline):
+    """Frames paced like a 56 Mbit/s link (one 1400-byte frame every 200 µs) share wake-ups:
+    the bridge switches in at most once per two frames (the old design woke two threads
+    per frame), keeps FIFO order, loses nothing, sends no frame earlier than --early-us
+    before its release time, and the one-way delay stays the configured one."""
+    d = start_delayline("--delay-ms", "5", "--window-us", "400")
+    ping_rtts_ms(line, count=3)
+    sw0 = task_switches(d.proc.pid)
+    got = one_way_ms(line, tmp_path, "a", n=2000, interval_s=0.0002, size=1400)
+    switches = task_switches(d.proc.pid) - sw0
+    assert d.stop() == 0
+    seqs = [s for s, _ in got]
+    assert seqs == sorted(seqs), "frames were reordered"
+    assert len(seqs) == 2000, f"lost {2000 - len(seqs)} of 2000"
+    stats = json.loads(d.stats_path.read_text())
+    ab = stats["a_to_b"]
+    assert stats["window_us"] == 400 and stats["early_us"] == 200
+    assert ab["drops"] == 0 and ab["frames"] >= 2000
+    # Early only within the allowance, and never more (a deterministic bound).
+    assert ab["release_earliness"]["count"] > 0, ab
+    assert ab["release_earliness"]["max_us"] <= 200.0, ab
+    # Wake-ups: what the bridge reports, and what the kernel counted for its threads.
+    frames = ab["frames"] + stats["b_to_a"]["frames"]
+    assert stats["wakes"]["wakeups"] <= 0.5 * frames, stats["wakes"]
+    assert switches <= 0.6 * 2000, f"{switches} context switches for 2000 frames"
+    # The delay itself: never below delay - early, and centred on the delay.
+    delays = [ms for _, ms in got]
+    assert min(delays) >= 5.0 - 0.2, min(delays)
+    assert abs(statistics.median(delays) - 5.0) <= 0.5, statistics.median(delays)
+
+
+def test_window_zero_sends_every_frame_at_its_own_time(line, tmp_path, start_delayline):
+    d = start_delayline("--delay-ms", "3", "--window-us", "0")
+    ping_rtts_ms(line, count=3)
+    got = one_way_ms(line, tmp_path, "a", n=300, interval_s=0.0005, size=1000)
+    assert d.stop() == 0
+    assert len(got) == 300
+    stats = json.loads(d.stats_path.read_text())
+    assert stats["early_us"] == 0
+    for key in ("a_to_b", "b_to_a"):
+        assert stats[key]["release_earliness"]["count"] == 0, stats[key]
+    assert min(ms for _, ms in got) >= 3.0
+
+
+def test_an_idle_ping_is_not_sent_early(line, start_delayline):
+    """A lone frame leaves at its release time even with a wide window: the idle RTT is the
+    configured one (early release needs a due frame beside it)."""
+    d = start_delayline("--delay-ms", "4", "--window-us", "1000")
+    rtts = ping_rtts_ms(line, count=15, interval_s="0.05")
+    assert d.stop() == 0
+    assert min(rtts) >= 8.0, rtts
+    stats = json.loads(d.stats_path.read_text())
+    assert stats["a_to_b"]["release_earliness"]["count"] == 0
+    assert stats["b_to_a"]["release_earliness"]["count"] == 0
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--window-us", "2000"], ["2000", "0 to 1000"]),
+    (["--window-us", "100", "--early-us", "150"], ["--early-us 150", "--window-us 100"]),
+])
+def test_bad_window_is_a_clear_error(line, args, words):
+    r = line.runner("d").run([str(BINARY), "--iface-a", line.if_da, "--iface-b", line.if_db,
+                              "--delay-ms", "1", *args], check=False)
+    assert r.returncode != 0
+    assert all(w in r.stderr for w in words), r.stderr

@@ -10,6 +10,11 @@ use clap::Parser;
 pub const MAX_DELAY_MS: f64 = 10_000.0;
 /// Largest spin window accepted (µs).
 pub const MAX_SPIN_US: u64 = 10_000;
+/// Largest release window accepted (µs): beyond a millisecond the error it allows would
+/// exceed the emulation-health bound on release lateness.
+pub const MAX_WINDOW_US: u64 = 1_000;
+/// The default release window (µs), chosen by bench/bench_delayline_window.py (README).
+pub const DEFAULT_WINDOW_US: &str = "250";
 
 /// Userspace delay line: bridges two interfaces with AF_PACKET sockets and holds each
 /// frame for a fixed one-way delay per direction (a netem `delay` stand-in for kernels
@@ -60,6 +65,19 @@ pub struct Opts {
     #[arg(long, value_name = "US", default_value = "0", value_parser = parse_spin_us)]
     pub spin_us: Duration,
 
+    /// Release window (0..=1000 µs): the bridge wakes to send frames at most once per
+    /// window, sending every frame due by then; 0 sends each frame at its own release time.
+    /// Fewer wake-ups cost less CPU; each frame may leave up to the window minus --early-us
+    /// late.
+    #[arg(long, value_name = "US", default_value = DEFAULT_WINDOW_US, value_parser = parse_window_us)]
+    pub window_us: Duration,
+
+    /// How early (µs) a frame may leave beside a frame that is due, so that releases of
+    /// a window share one wake-up (default: half the window, so the error is symmetric and
+    /// the mean delay exact; at most the window). A lone frame always leaves on time.
+    #[arg(long, value_name = "US", value_parser = parse_window_us)]
+    pub early_us: Option<Duration>,
+
     /// SCHED_FIFO priority of the bridge threads (1..=99), so other busy processes on the
     /// host do not delay releases; 0 keeps the normal scheduler. If the kernel refuses,
     /// delayline warns and runs with the normal scheduler.
@@ -72,6 +90,11 @@ impl Opts {
     /// Delay a->b: --delay-ab-ms, else --delay-ms.
     pub fn delay_ab(&self) -> Duration {
         self.delay_ab_ms.or(self.delay_ms).unwrap_or_default()
+    }
+
+    /// How early a frame may leave: --early-us, else half of --window-us.
+    pub fn early(&self) -> Duration {
+        self.early_us.unwrap_or(self.window_us / 2)
     }
 
     /// Delay b->a: --delay-ba-ms, else --delay-ms.
@@ -114,6 +137,20 @@ pub fn parse_delay_ms(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_nanos((ms * 1e6).round() as u64))
+}
+
+/// A release window (or early allowance) in whole microseconds, 0..=1000.
+pub fn parse_window_us(s: &str) -> Result<Duration, String> {
+    let us: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("window {s:?} is not a whole number of microseconds"))?;
+    if us > MAX_WINDOW_US {
+        return Err(format!(
+            "window {us} us is out of range; allowed 0 to {MAX_WINDOW_US} us"
+        ));
+    }
+    Ok(Duration::from_micros(us))
 }
 
 /// A spin window in whole microseconds, 0..=10000.

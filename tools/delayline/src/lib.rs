@@ -4,8 +4,8 @@
 //! every frame for a fixed one-way delay per direction before sending it, unchanged, out
 //! of the other interface. See README.md for the design and its measured limits.
 
-pub mod bridge;
 pub mod cli;
+pub mod engine;
 pub mod error;
 pub mod frame;
 pub mod offload;
@@ -14,20 +14,23 @@ pub mod stats;
 pub mod sys;
 pub mod timing;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::bridge::{Direction, Shared};
 use crate::cli::Opts;
+use crate::engine::{Engine, Schedule, Side};
 use crate::error::DelaylineError;
-use crate::stats::{DirCounters, DirReport, Lateness, Report};
+use crate::stats::{DirReport, Report};
 use crate::sys::PacketSocket;
 
-/// Socket receive buffer per interface: room for a burst while the rx thread is not
-/// scheduled (about 1 s of 35 Mbit/s).
-const RCVBUF_BYTES: i32 = 8 << 20;
+/// Socket receive buffer per interface. Frames wait there until the next wake-up (up to
+/// one delay at the start of a burst): 64 MiB hold about 0.4 s of 350 Mbit/s in 1500-byte
+/// frames at the kernel's accounting of about 4.5 KiB a frame. Memory is only used while
+/// frames wait.
+const RCVBUF_BYTES: i32 = 64 << 20;
 /// How often blocked threads and the main thread look for a stop request.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -94,6 +97,13 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     if opts.iface_a == opts.iface_b {
         return Err(DelaylineError::SameInterface(opts.iface_a.clone()).into());
     }
+    if opts.early() > opts.window_us {
+        anyhow::bail!(
+            "--early-us {} is larger than --window-us {}; allowed 0 to the window",
+            opts.early().as_micros(),
+            opts.window_us.as_micros()
+        );
+    }
     // Existence first, then permission (opening the sockets), then state and offloads.
     let index_a = sys::ifindex(&opts.iface_a)?;
     let index_b = sys::ifindex(&opts.iface_b)?;
@@ -113,21 +123,50 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     let limit = opts.limit as usize;
     let sigset = block_stop_signals();
 
-    let dir = |name, rx, tx, delay, out: &Iface| Direction {
-        name,
-        rx,
-        tx,
-        delay,
-        max_frame_bytes: frame::max_frame_bytes(out.mtu),
+    let schedule = Schedule {
+        window: opts.window_us,
+        early: opts.early(),
         spin: opts.spin_us,
-        rt_priority: opts.rt_priority,
-        shared: Arc::new(Shared::new(limit)),
-        counters: Arc::new(DirCounters::default()),
     };
-    let ab = dir("a->b", rx_a, tx_b, delay_ab, &b).start()?;
-    let ba = dir("b->a", rx_b, tx_a, delay_ba, &a).start()?;
+    let mut engine = Engine {
+        sides: [
+            Side::new(
+                "a->b",
+                rx_a,
+                tx_b,
+                delay_ab,
+                frame::max_frame_bytes(b.mtu),
+                limit,
+            )?,
+            Side::new(
+                "b->a",
+                rx_b,
+                tx_a,
+                delay_ba,
+                frame::max_frame_bytes(a.mtu),
+                limit,
+            )?,
+        ],
+        schedule,
+        wakes: Default::default(),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stop2, rt) = (stop.clone(), opts.rt_priority);
+    let worker = std::thread::Builder::new()
+        .name("bridge".into())
+        .spawn(move || {
+            if let Err(e) = timing::set_realtime(rt) {
+                eprintln!(
+                    "delayline: warning: SCHED_FIFO priority {rt} refused ({e}); \
+                     using the normal scheduler (releases may be late on a busy host)"
+                );
+            }
+            let res = engine.run(&stop2);
+            (engine, res)
+        })
+        .context("spawning the bridge thread")?;
     eprintln!(
-        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={}",
+        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={} engine=batched window_us={} early_us={}",
         a.name,
         b.name,
         ms(delay_ab),
@@ -135,44 +174,46 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         opts.limit,
         opts.spin_us.as_micros(),
         opts.rt_priority,
-        rx_timestamps
+        rx_timestamps,
+        schedule.window.as_micros(),
+        schedule.early.as_micros()
     );
 
     let mut signal = None;
-    while signal.is_none() && !ab.any_finished() && !ba.any_finished() {
+    while signal.is_none() && !worker.is_finished() {
         signal = wait_signal(&sigset, POLL);
     }
-    let (c_ab, c_ba) = (ab.counters.clone(), ba.counters.clone());
-    let (res_ab, q_ab) = ab.stop();
-    let (res_ba, q_ba) = ba.stop();
+    stop.store(true, Ordering::SeqCst);
+    let (engine, res) = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the bridge thread panicked"))?;
     let (cpu_user_s, cpu_sys_s) = stats::process_cpu_s();
-    let none = (Lateness::default(), Lateness::default());
-    let (late_ab, age_ab) = res_ab.as_ref().unwrap_or(&none);
-    let (late_ba, age_ba) = res_ba.as_ref().unwrap_or(&none);
+    let [ab, ba] = &engine.sides;
+    let dir_report = |s: &Side, i: &Iface, o: &Iface, d: Duration| {
+        DirReport::from_counters(
+            &i.name,
+            &o.name,
+            ms(d),
+            &s.counters,
+            s.queued() as u64,
+            &s.late,
+            &s.age,
+        )
+        .with_earliness(&s.early)
+    };
     let report = Report {
         format: "delayline-stats",
-        format_version: 1,
+        format_version: 2,
         limit: opts.limit,
         spin_us: opts.spin_us.as_micros() as u64,
         rt_priority: opts.rt_priority,
-        a_to_b: DirReport::from_counters(
-            &a.name,
-            &b.name,
-            ms(delay_ab),
-            &c_ab,
-            q_ab,
-            late_ab,
-            age_ab,
-        ),
-        b_to_a: DirReport::from_counters(
-            &b.name,
-            &a.name,
-            ms(delay_ba),
-            &c_ba,
-            q_ba,
-            late_ba,
-            age_ba,
-        ),
+        engine: "batched",
+        window_us: schedule.window.as_micros() as u64,
+        early_us: schedule.early.as_micros() as u64,
+        version: env!("CARGO_PKG_VERSION"),
+        wakes: engine.wakes.into(),
+        a_to_b: dir_report(ab, &a, &b, delay_ab),
+        b_to_a: dir_report(ba, &b, &a, delay_ba),
         rx_timestamps,
         cpu_user_s,
         cpu_sys_s,
@@ -181,10 +222,9 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     };
     eprintln!("{}", report.line());
     eprintln!("{}", report.usage_line());
-    res_ab.context("direction a->b failed")?;
-    res_ba.context("direction b->a failed")?;
+    res.context("the bridge failed")?;
     if signal.is_none() {
-        anyhow::bail!("a bridge thread ended without a stop signal");
+        anyhow::bail!("the bridge thread ended without a stop signal");
     }
     if let Some(path) = &opts.stats_json {
         stats::write_json_atomic(path, &report)

@@ -1,5 +1,5 @@
 //! Per-direction counters, the release-lateness histogram, the final stats line and
-//! the JSON file (schema `delayline-stats` version 1, documented in the README).
+//! the JSON file (schema `delayline-stats` version 2, documented in the README).
 
 use std::io::Write;
 use std::path::Path;
@@ -141,8 +141,12 @@ pub struct DirReport {
     /// Frames whose receive time was taken in user space after recvmsg.
     pub rx_ts_user: u64,
     /// How long kernel-timestamped frames waited between the kernel's timestamp and
-    /// delayline reading them (the rx wake-up latency the kernel timestamp removes).
+    /// delayline reading them (how long they waited in the socket for the next wake-up;
+    /// the kernel timestamp keeps this out of the delay).
     pub rx_age: LatenessSummary,
+    /// How early frames left that were sent before their release time (beside a frame
+    /// that was due, within `early_us`); `count` is how many did.
+    pub release_earliness: LatenessSummary,
 }
 
 impl DirReport {
@@ -180,6 +184,38 @@ impl DirReport {
             rx_ts_kernel: get(&c.rx_ts_kernel),
             rx_ts_user: get(&c.rx_ts_user),
             rx_age: rx_age.summary(),
+            release_earliness: Lateness::default().summary(),
+        }
+    }
+
+    /// The same report with the earliness histogram of the frames sent early.
+    pub fn with_earliness(mut self, early: &Lateness) -> Self {
+        self.release_earliness = early.summary();
+        self
+    }
+}
+
+/// The engine's wake-ups and system calls (JSON `wakes`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub struct WakeReport {
+    /// Times the bridge thread woke while frames were queued or arriving.
+    pub wakeups: u64,
+    /// Of those, woken by a frame arriving on a watched socket.
+    pub wakeups_arrival: u64,
+    /// Wake-ups that released frames.
+    pub release_wakeups: u64,
+    pub recv_calls: u64,
+    pub send_calls: u64,
+}
+
+impl From<crate::engine::WakeCounters> for WakeReport {
+    fn from(w: crate::engine::WakeCounters) -> Self {
+        WakeReport {
+            wakeups: w.wakeups,
+            wakeups_arrival: w.wakeups_arrival,
+            release_wakeups: w.release_wakeups,
+            recv_calls: w.recv_calls,
+            send_calls: w.send_calls,
         }
     }
 }
@@ -191,6 +227,15 @@ pub struct Report {
     pub limit: u32,
     pub spin_us: u64,
     pub rt_priority: u8,
+    /// The bridge's design ("batched": one thread, release windows).
+    pub engine: &'static str,
+    /// Least time between two wake-ups that release frames, µs.
+    pub window_us: u64,
+    /// How early a frame may leave beside a due frame, µs.
+    pub early_us: u64,
+    /// delayline's version.
+    pub version: &'static str,
+    pub wakes: WakeReport,
     pub a_to_b: DirReport,
     pub b_to_a: DirReport,
     /// "kernel" if both receive sockets took SO_TIMESTAMPNS, else "user".
@@ -240,6 +285,20 @@ impl Report {
             opt_us(self.b_to_a.release_lateness.p50_us),
             opt_us(self.b_to_a.release_lateness.p99_us),
             opt_us(self.b_to_a.release_lateness.max_us)
+        ) + &format!(
+            " engine={} window_us={} early_us={} wakeups={} wakeups_arrival={} recv_calls={} send_calls={} early_ab_p99_us={} early_ab_max_us={} early_ba_p99_us={} early_ba_max_us={} version={}",
+            self.engine,
+            self.window_us,
+            self.early_us,
+            self.wakes.wakeups,
+            self.wakes.wakeups_arrival,
+            self.wakes.recv_calls,
+            self.wakes.send_calls,
+            opt_us(self.a_to_b.release_earliness.p99_us),
+            opt_us(self.a_to_b.release_earliness.max_us),
+            opt_us(self.b_to_a.release_earliness.p99_us),
+            opt_us(self.b_to_a.release_earliness.max_us),
+            self.version
         )
     }
 }
@@ -336,10 +395,21 @@ mod tests {
         );
         let r = Report {
             format: "delayline-stats",
-            format_version: 1,
+            format_version: 2,
             limit: 5,
             spin_us: 50,
             rt_priority: 10,
+            engine: "batched",
+            window_us: 200,
+            early_us: 100,
+            version: "0.2.0",
+            wakes: WakeReport {
+                wakeups: 7,
+                wakeups_arrival: 1,
+                release_wakeups: 6,
+                recv_calls: 9,
+                send_calls: 6,
+            },
             a_to_b: a,
             b_to_a: b,
             rx_timestamps: "kernel",
@@ -358,7 +428,9 @@ mod tests {
             "delayline usage cpu_s=0.375 user_s=0.250 sys_s=0.125 wall_s=2.000 \
              rx_timestamps=kernel rx_ts_kernel=5 rx_ts_user=0 late_ab_p50_us=na \
              late_ab_p99_us=na late_ab_max_us=na late_ba_p50_us=na late_ba_p99_us=na \
-             late_ba_max_us=na"
+             late_ba_max_us=na engine=batched window_us=200 early_us=100 wakeups=7 \
+             wakeups_arrival=1 recv_calls=9 send_calls=6 early_ab_p99_us=na early_ab_max_us=na \
+             early_ba_p99_us=na early_ba_max_us=na version=0.2.0"
         );
         let dir = std::env::temp_dir().join(format!("delayline-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

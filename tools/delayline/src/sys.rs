@@ -12,6 +12,8 @@ use crate::timing;
 
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// Most frames one `sendmmsg` call carries.
+pub const SEND_BATCH: usize = 64;
 
 /// Legacy ethtool "get" commands that answer a single on/off value.
 pub const ETHTOOL_GTXCSUM: u32 = 0x16;
@@ -191,6 +193,132 @@ pub enum Recv {
     Timeout,
 }
 
+/// What the control messages of one received frame say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Aux {
+    /// The kernel stripped a VLAN tag into auxdata: (tpid, tci).
+    vlan: Option<(u16, u16)>,
+    /// Checksum offload still pending (TP_STATUS_CSUMNOTREADY).
+    csum_not_ready: bool,
+    /// The kernel's receive timestamp (CLOCK_REALTIME ns), if it stamped the frame.
+    kernel_rt_ns: Option<i64>,
+}
+
+/// Walks the control messages (PACKET_AUXDATA, SCM_TIMESTAMPNS) the kernel wrote for one
+/// received frame.
+fn parse_aux(msg: &libc::msghdr) -> Aux {
+    let mut aux = Aux::default();
+    // SAFETY: walking the control messages the kernel wrote into msg's control buffer.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                let a: libc::tpacket_auxdata = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                if a.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
+                    let tpid = if a.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                        a.tp_vlan_tpid
+                    } else {
+                        crate::frame::ETH_P_8021Q
+                    };
+                    aux.vlan = Some((tpid, a.tp_vlan_tci));
+                }
+                aux.csum_not_ready = a.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+            } else if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                && (*c).cmsg_len as usize
+                    >= libc::CMSG_LEN(size_of::<libc::timespec>() as u32) as usize
+            {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                // A zero timestamp means the kernel did not stamp this frame.
+                if ts.tv_sec != 0 || ts.tv_nsec != 0 {
+                    aux.kernel_rt_ns = Some(timing::timespec_ns(&ts));
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    aux
+}
+
+/// Control buffer of one received frame: room for PACKET_AUXDATA (40 bytes with header)
+/// and SCM_TIMESTAMPNS (32) with plenty to spare; u64 elements keep it aligned.
+type Ctrl = [u64; 32];
+
+/// One frame read by [`PacketSocket::recv_batch`]: where its bytes are in the batch's
+/// buffers, and what the kernel said of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFrame {
+    /// Index of the slot holding the bytes ([`RxBatch::slot`]).
+    pub slot: usize,
+    /// The frame's real length (may exceed the slot: then it was truncated).
+    pub len: usize,
+    pub vlan: Option<(u16, u16)>,
+    pub csum_not_ready: bool,
+    pub time: RxTime,
+}
+
+/// Buffers for reading up to `slots` frames with one `recvmmsg`.
+pub struct RxBatch {
+    slot_bytes: usize,
+    data: Vec<u8>,
+    ctrl: Vec<Ctrl>,
+    addrs: Vec<libc::sockaddr_ll>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl std::fmt::Debug for RxBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxBatch")
+            .field("slots", &self.hdrs.len())
+            .field("slot_bytes", &self.slot_bytes)
+            .finish()
+    }
+}
+
+impl RxBatch {
+    /// Room for `slots` frames of up to `slot_bytes` each.
+    pub fn new(slots: usize, slot_bytes: usize) -> Self {
+        let slots = slots.max(1);
+        // SAFETY: all-zero is a valid sockaddr_ll, iovec and mmsghdr.
+        let (addr, iov, hdr) = unsafe { (zeroed(), zeroed(), zeroed()) };
+        RxBatch {
+            slot_bytes,
+            data: vec![0; slots * slot_bytes],
+            ctrl: vec![[0; 32]; slots],
+            addrs: vec![addr; slots],
+            iovs: vec![iov; slots],
+            hdrs: vec![hdr; slots],
+        }
+    }
+
+    /// The bytes read into slot `i` (at most `len` of them, the slot's size at most).
+    pub fn slot(&self, i: usize, len: usize) -> &[u8] {
+        let start = i * self.slot_bytes;
+        &self.data[start..start + len.min(self.slot_bytes)]
+    }
+
+    /// Points every header at its own buffers (they do not move between calls, but the
+    /// kernel rewrites the lengths).
+    fn arm(&mut self) {
+        for i in 0..self.hdrs.len() {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.data[i * self.slot_bytes..].as_mut_ptr().cast(),
+                iov_len: self.slot_bytes,
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_ll).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = size_of::<Ctrl>() as _;
+            h.msg_hdr.msg_flags = 0;
+        }
+    }
+}
+
 /// An AF_PACKET raw socket bound to one interface.
 #[derive(Debug)]
 pub struct PacketSocket {
@@ -357,39 +485,11 @@ impl PacketSocket {
         if sll.sll_pkttype == libc::PACKET_OUTGOING {
             return Ok(Recv::Outgoing);
         }
-        let mut vlan = None;
-        let mut csum_not_ready = false;
-        let mut kernel_rt_ns: Option<i64> = None;
-        // SAFETY: walking the control messages the kernel wrote into cbuf.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
-                    let aux: libc::tpacket_auxdata =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                    if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
-                        let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                            aux.tp_vlan_tpid
-                        } else {
-                            crate::frame::ETH_P_8021Q
-                        };
-                        vlan = Some((tpid, aux.tp_vlan_tci));
-                    }
-                    csum_not_ready = aux.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
-                } else if (*c).cmsg_level == libc::SOL_SOCKET
-                    && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
-                    && (*c).cmsg_len as usize
-                        >= libc::CMSG_LEN(size_of::<libc::timespec>() as u32) as usize
-                {
-                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                    // A zero timestamp means the kernel did not stamp this frame.
-                    if ts.tv_sec != 0 || ts.tv_nsec != 0 {
-                        kernel_rt_ns = Some(timing::timespec_ns(&ts));
-                    }
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
+        let Aux {
+            vlan,
+            csum_not_ready,
+            kernel_rt_ns,
+        } = parse_aux(&msg);
         let kernel_mono = kernel_rt_ns
             .and_then(|k| timing::kernel_rx_mono_ns(k, real_now, mono_now, timing::MAX_RX_AGE_NS));
         Ok(Recv::Frame {
@@ -426,6 +526,130 @@ impl PacketSocket {
             return Err(io::Error::last_os_error());
         }
         Ok(st.tp_drops as u64)
+    }
+
+    /// Makes every call on this socket non-blocking (the batched engine reads what is
+    /// there and never waits in a receive call).
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        // SAFETY: fcntl on our own valid descriptor.
+        unsafe {
+            let fl = libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL);
+            if fl < 0 || libc::fcntl(self.fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// The raw descriptor, for `ppoll`.
+    pub fn raw_fd(&self) -> libc::c_int {
+        self.fd.as_raw_fd()
+    }
+
+    /// Reads every frame waiting, up to the batch's size, with one `recvmmsg` (the socket
+    /// must be non-blocking): appends them to `out` with the kernel's receive time of each
+    /// (converted as in [`PacketSocket::recv`]) and returns how many datagrams the call
+    /// returned (our own transmissions included, which are skipped). 0 = nothing waiting.
+    pub fn recv_batch(&self, b: &mut RxBatch, out: &mut Vec<BatchFrame>) -> io::Result<usize> {
+        b.arm();
+        let n = loop {
+            // SAFETY: every header points at live buffers of the sizes given (arm); MSG_TRUNC
+            // makes each msg_len the real frame length.
+            let n = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    b.hdrs.as_mut_ptr(),
+                    b.hdrs.len() as libc::c_uint,
+                    libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => return Ok(0),
+                _ => return Err(e),
+            }
+        };
+        // Both clocks at once after the call, realtime first (timing::kernel_rx_mono_ns).
+        let real_now = timing::realtime_ns();
+        let mono_now = timing::now_ns();
+        for i in 0..n {
+            if b.addrs[i].sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            let Aux {
+                vlan,
+                csum_not_ready,
+                kernel_rt_ns,
+            } = parse_aux(&b.hdrs[i].msg_hdr);
+            let kernel_mono = kernel_rt_ns.and_then(|k| {
+                timing::kernel_rx_mono_ns(k, real_now, mono_now, timing::MAX_RX_AGE_NS)
+            });
+            out.push(BatchFrame {
+                slot: i,
+                len: b.hdrs[i].msg_len as usize,
+                vlan,
+                csum_not_ready,
+                time: RxTime {
+                    rx_ns: kernel_mono.unwrap_or(mono_now),
+                    read_ns: mono_now,
+                    kernel: kernel_mono.is_some(),
+                },
+            });
+        }
+        Ok(n)
+    }
+
+    /// Sends `frames` in order out of the bound interface with as few `sendmmsg` calls as
+    /// the kernel allows (at most [`SEND_BATCH`] frames a call). A frame the kernel
+    /// refuses is reported through `on_error` and skipped; the rest are still sent.
+    /// Returns (frames sent, sendmmsg calls made).
+    pub fn send_batch<F>(&self, frames: &[&[u8]], mut on_error: F) -> (usize, usize)
+    where
+        F: FnMut(usize, io::Error),
+    {
+        let (mut sent, mut calls, mut i) = (0usize, 0usize, 0usize);
+        // SAFETY: all-zero is a valid iovec / mmsghdr.
+        let mut iovs: [libc::iovec; SEND_BATCH] = unsafe { zeroed() };
+        let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { zeroed() };
+        while i < frames.len() {
+            let n = (frames.len() - i).min(SEND_BATCH);
+            for k in 0..n {
+                let f = frames[i + k];
+                iovs[k] = libc::iovec {
+                    iov_base: f.as_ptr() as *mut libc::c_void,
+                    iov_len: f.len(),
+                };
+                // SAFETY: all-zero is a valid msghdr.
+                hdrs[k].msg_hdr = unsafe { zeroed() };
+                hdrs[k].msg_hdr.msg_iov = &mut iovs[k];
+                hdrs[k].msg_hdr.msg_iovlen = 1;
+                hdrs[k].msg_len = 0;
+            }
+            calls += 1;
+            // SAFETY: n headers, each pointing at one live frame (read only by the kernel).
+            let rc = unsafe {
+                libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0)
+            };
+            if rc > 0 {
+                sent += rc as usize;
+                i += rc as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            // The first frame of this call was refused: report it, go on with the next.
+            on_error(i, e);
+            i += 1;
+        }
+        (sent, calls)
     }
 
     /// Sends one complete Ethernet frame out of the bound interface.

@@ -112,6 +112,41 @@ pub fn sleep_until(deadline_ns: u64, spin: Duration) {
     }
 }
 
+/// Waits until CLOCK_MONOTONIC reaches `deadline_ns` or one of `fds` becomes readable,
+/// whichever comes first; returns true if a descriptor ended the wait. With no
+/// descriptors this is [`sleep_until`] (absolute, so the deadline does not drift);
+/// with some, a `ppoll` to `deadline_ns - spin` and then the spin, checking nothing
+/// (a frame that arrives during the spin is read right after it).
+pub fn wait_until(deadline_ns: u64, spin: Duration, fds: &mut [libc::pollfd]) -> bool {
+    if fds.is_empty() {
+        sleep_until(deadline_ns, spin);
+        return false;
+    }
+    let wake_ns = deadline_ns.saturating_sub(spin.as_nanos() as u64);
+    let now = now_ns();
+    let rel = wake_ns.saturating_sub(now);
+    let ts = libc::timespec {
+        tv_sec: (rel / 1_000_000_000) as libc::time_t,
+        tv_nsec: (rel % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: fds is a valid slice of pollfd; the timespec lives across the call; no mask.
+    let rc = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if rc > 0 {
+        return true;
+    }
+    while now_ns() < deadline_ns {
+        std::hint::spin_loop();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
