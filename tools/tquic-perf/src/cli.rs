@@ -10,8 +10,10 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
+use crate::udp::{BatchOpts, Refuse, Toggle};
+
 /// Boolean flags, for the `-noflag` spelling.
-const BOOL_FLAGS: &[&str] = &["once", "pacing"];
+const BOOL_FLAGS: &[&str] = &["once", "pacing", "mmsg", "gso", "gro"];
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -86,6 +88,29 @@ pub struct Opts {
     #[arg(long = "idle_timeout_ms", default_value = "5000", value_parser = parse_idle_timeout_ms)]
     pub idle_timeout_ms: u64,
 
+    /// UDP GSO on send: several packets per message, cut into datagrams by the kernel.
+    /// auto: where the kernel accepts it; on: required (a refusal is an error); off: never.
+    /// gflags booleans are accepted too (`-gso=false`, `-nogso`: off; `-gso`: on).
+    #[arg(long, default_value = "auto", num_args = 0..=1, default_missing_value = "on",
+          value_parser = parse_toggle)]
+    pub gso: Toggle,
+
+    /// UDP GRO on receive (setsockopt UDP_GRO): auto, on or off, as `-gso`.
+    #[arg(long, default_value = "auto", num_args = 0..=1, default_missing_value = "on",
+          value_parser = parse_toggle)]
+    pub gro: Toggle,
+
+    /// sendmmsg/recvmmsg: a batch of datagrams per syscall (false: one per syscall; with
+    /// `-gso off -gro off` that is the tool before batching).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true",
+          default_missing_value = "true", value_parser = parse_gflags_bool)]
+    pub mmsg: bool,
+
+    /// Tests only: make the kernel refuse `gso`, `gro`, `mmsg` (comma-separated), so the
+    /// fallbacks run (see udp::Refuse).
+    #[arg(long = "test_refuse", hide = true, default_value = "", value_parser = parse_refuse)]
+    pub test_refuse: Refuse,
+
     /// Whether `-congestion` was given on the command line (not a clap argument). The
     /// client records its congestion flags only if given: the sender decides.
     #[arg(skip)]
@@ -97,6 +122,16 @@ impl Opts {
     /// client's only if it was told.
     pub fn reported_cc(&self) -> Option<Congestion> {
         (self.mode == Mode::Server || self.congestion_given).then_some(self.congestion)
+    }
+
+    /// How the socket may batch.
+    pub fn batch_opts(&self) -> BatchOpts {
+        BatchOpts {
+            gso: self.gso,
+            gro: self.gro,
+            mmsg: self.mmsg,
+            refuse: self.test_refuse,
+        }
     }
 
     /// δ as far as it applies: only with Copa.
@@ -229,6 +264,34 @@ pub fn parse_idle_timeout_ms(s: &str) -> Result<u64, String> {
     }
 }
 
+/// `-gso` / `-gro`: auto, on, off, or a gflags boolean (true: on, false: off).
+pub fn parse_toggle(s: &str) -> Result<Toggle, String> {
+    match s {
+        "auto" => Ok(Toggle::Auto),
+        "on" => Ok(Toggle::On),
+        "off" => Ok(Toggle::Off),
+        _ => match parse_gflags_bool(s) {
+            Ok(true) => Ok(Toggle::On),
+            Ok(false) => Ok(Toggle::Off),
+            Err(_) => Err(format!("'{s}' is not auto, on or off")),
+        },
+    }
+}
+
+/// `-test_refuse`: a comma-separated subset of gso, gro, mmsg (empty: none).
+pub fn parse_refuse(s: &str) -> Result<Refuse, String> {
+    let mut r = Refuse::default();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part {
+            "gso" => r.gso = true,
+            "gro" => r.gro = true,
+            "mmsg" => r.mmsg = true,
+            _ => return Err(format!("'{part}' is not gso, gro or mmsg")),
+        }
+    }
+    Ok(r)
+}
+
 /// gflags' boolean spellings.
 pub fn parse_gflags_bool(s: &str) -> Result<bool, String> {
     match s {
@@ -335,6 +398,37 @@ mod tests {
         assert!(!o.pacing);
         assert!(!o.once);
         assert_eq!(o.interval_ms, 100);
+        assert_eq!((o.gso, o.gro, o.mmsg), (Toggle::Auto, Toggle::Auto, true));
+        assert_eq!(o.test_refuse, Refuse::default());
+    }
+
+    #[test]
+    fn batching_flags() {
+        for (args, gso) in [
+            (&["-gso", "off"][..], Toggle::Off),
+            (&["-gso=on"], Toggle::On),
+            (&["-gso"], Toggle::On),
+            (&["-gso=false"], Toggle::Off),
+            (&["-nogso"], Toggle::Off),
+            (&["--gso", "auto"], Toggle::Auto),
+        ] {
+            assert_eq!(parse(args).unwrap().gso, gso, "{args:?}");
+        }
+        assert_eq!(parse(&["-nogro"]).unwrap().gro, Toggle::Off);
+        assert!(!parse(&["-nommsg"]).unwrap().mmsg);
+        assert!(!parse(&["-mmsg=false"]).unwrap().mmsg);
+        let e = parse(&["-gso", "maybe"]).unwrap_err().to_string();
+        assert!(e.contains("maybe"), "{e}");
+        let r = parse(&["-test_refuse", "gso,mmsg"]).unwrap().test_refuse;
+        assert_eq!(
+            r,
+            Refuse {
+                gso: true,
+                gro: false,
+                mmsg: true
+            }
+        );
+        assert!(parse(&["-test_refuse", "gso,tso"]).is_err());
     }
 
     #[test]

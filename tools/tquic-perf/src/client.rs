@@ -13,6 +13,7 @@ use crate::cli::Opts;
 use crate::error::PerfError;
 use crate::net::{self, SocketSender, Step};
 use crate::report::{self, SenderStats, Summary};
+use crate::udp::UdpIo;
 
 /// Read buffer per `stream_read` call.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
@@ -167,7 +168,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
             cause,
         })?;
     let local = socket.local_addr()?;
-    let socket = Rc::new(socket);
+    let io = Rc::new(UdpIo::new(socket, true, opts.batch_opts()).map_err(PerfError::from)?);
 
     let mut config = net::base_config(opts)?;
     let mut tls = TlsConfig::new_client_config(vec![net::ALPN.to_vec()], false)
@@ -181,11 +182,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         progress: progress.clone(),
         buf: vec![0u8; READ_CHUNK_BYTES],
     };
-    let sender = Rc::new(SocketSender {
-        socket: socket.clone(),
-        connected: true,
-        error: RefCell::new(None),
-    });
+    let sender = Rc::new(SocketSender { io: io.clone() });
     let mut endpoint = Endpoint::new(Box::new(config), false, Box::new(handler), sender.clone());
     let conn_idx = endpoint
         .connect(local, server, Some("tquic-perf"), None, None, None)
@@ -206,7 +203,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     };
     let mut outcome: Option<anyhow::Result<(u64, f64, SystemTime)>> = None;
 
-    net::event_loop(&mut endpoint, &socket, &sender, |ep, io_error| {
+    net::event_loop(&mut endpoint, &io, |ep, io_error| {
         let now = Instant::now();
         let p = progress.borrow();
         if let Some(e) = io_error {
@@ -273,6 +270,8 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         Ok(Step::Continue(Some(wake)))
     })?;
 
+    let batching = io.report();
+    glog!('I', "{}", report::batching_line(&batching));
     let (bytes, duration_s, start) = outcome.context("event loop ended without an outcome")??;
     let [l1, l2] = report::summary_lines(bytes, duration_s);
     glog!('I', "{l1}");
@@ -294,6 +293,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
             window: opts.window,
             pacing: opts.pacing,
             sender: SenderStats::default(),
+            batching,
         };
         report::write_json_atomic(path, &summary)?;
     }

@@ -47,4 +47,7 @@ pub enum PerfError {
 
     #[error("QUIC error: {0}")]
     Quic(String),
+
+    #[error(transparent)]
+    Refused(#[from] crate::udp::Refused),
 }

@@ -10,6 +10,7 @@ pub mod net;
 pub mod report;
 pub mod rtt;
 pub mod server;
+pub mod udp;
 
 pub use cli::{Mode, Opts};
 pub use error::PerfError;

@@ -1,7 +1,6 @@
 //! What client and server share: tquic configuration, the UDP socket, the packet sender
 //! and the event loop.
 
-use std::cell::RefCell;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -14,15 +13,13 @@ use tquic::{Config, Endpoint, PacketInfo, PacketSendHandler};
 
 use crate::cli::{Congestion, Opts};
 use crate::error::PerfError;
+use crate::udp::UdpIo;
 
 /// ALPN both ends announce.
 pub const ALPN: &[u8] = b"tquic-perf";
 
 /// Socket buffers: large enough for ~100 Mbit/s bursts without drops in the host.
 const SOCKET_BUFFER_BYTES: libc::c_int = 8 * 1024 * 1024;
-
-/// Largest UDP datagram we read.
-const MAX_DATAGRAM_BYTES: usize = 65_535;
 
 const SOCKET: Token = Token(0);
 
@@ -96,35 +93,16 @@ pub fn udp_socket(bind: SocketAddr) -> io::Result<UdpSocket> {
     Ok(UdpSocket::from_std(std_sock))
 }
 
-/// Hands tquic's packets to the socket. A full socket buffer stops the batch (tquic keeps
-/// the rest queued and retries); other errors are recorded for the event loop.
+/// Hands tquic's batches to the socket ([`UdpIo::send_packets`]): GSO or sendmmsg where
+/// the kernel allows. A full socket buffer stops the batch (tquic keeps the rest queued and
+/// retries); other errors drop the packet and are recorded for the event loop.
 pub struct SocketSender {
-    pub socket: Rc<UdpSocket>,
-    /// Client: the socket is connected, so ICMP errors surface.
-    pub connected: bool,
-    pub error: RefCell<Option<io::Error>>,
+    pub io: Rc<UdpIo>,
 }
 
 impl PacketSendHandler for SocketSender {
     fn on_packets_send(&self, pkts: &[(Vec<u8>, PacketInfo)]) -> tquic::Result<usize> {
-        let mut done = 0;
-        for (buf, info) in pkts {
-            let res = if self.connected {
-                self.socket.send(buf)
-            } else {
-                self.socket.send_to(buf, info.dst)
-            };
-            match res {
-                Ok(_) => done += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    // Drop this packet (QUIC recovers) and remember why.
-                    self.error.borrow_mut().get_or_insert(e);
-                    done += 1;
-                }
-            }
-        }
-        Ok(done)
+        Ok(self.io.send_packets(pkts))
     }
 }
 
@@ -139,39 +117,39 @@ pub enum Step {
 }
 
 /// Drives an endpoint: poll the socket, feed datagrams to tquic, run its timers, and call
-/// `app` after every turn. Receives everything queued before processing, so a receiver
-/// keeps up with the link.
+/// `app` after every turn. Receives everything queued before processing (in batches: see
+/// crate::udp), so a receiver keeps up with the link.
 pub fn event_loop(
     endpoint: &mut Endpoint,
-    socket: &Rc<UdpSocket>,
-    sender: &SocketSender,
+    io: &Rc<UdpIo>,
     app: impl FnMut(&mut Endpoint, Option<io::Error>) -> anyhow::Result<Step>,
 ) -> anyhow::Result<()> {
-    event_loop_with(endpoint, socket, sender, |_| {}, app)
+    event_loop_with(endpoint, io, |_| {}, app)
 }
 
 /// [`event_loop`], and `after_datagram` after tquic has processed each received datagram
 /// (its ACK frames included); it must be cheap.
 pub fn event_loop_with(
     endpoint: &mut Endpoint,
-    socket: &Rc<UdpSocket>,
-    sender: &SocketSender,
+    io: &Rc<UdpIo>,
     mut after_datagram: impl FnMut(&mut Endpoint),
     mut app: impl FnMut(&mut Endpoint, Option<io::Error>) -> anyhow::Result<Step>,
 ) -> anyhow::Result<()> {
     let mut poll = Poll::new()?;
     // mio registers by fd; the Rc keeps the socket alive for the loop's lifetime.
-    let mut source = mio::unix::SourceFd(&socket.as_raw_fd());
+    let mut source = mio::unix::SourceFd(&io.socket().as_raw_fd());
     poll.registry()
         .register(&mut source, SOCKET, Interest::READABLE)?;
     let mut events = Events::with_capacity(64);
-    let mut buf = vec![0u8; MAX_DATAGRAM_BYTES];
-    let local = socket.local_addr()?;
+    let local = io.local_addr()?;
     let mut wake_at: Option<Instant> = None;
     loop {
         endpoint
             .process_connections()
             .map_err(|e| PerfError::Quic(e.to_string()))?;
+        if let Some(refused) = io.fatal() {
+            return Err(refused.into());
+        }
 
         let now = Instant::now();
         let mut timeout = endpoint.timeout();
@@ -183,6 +161,7 @@ pub fn event_loop_with(
         let timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {
             t.min(Duration::from_millis(100))
         }));
+        io.count_poll();
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(e.into());
@@ -191,17 +170,21 @@ pub fn event_loop_with(
 
         let mut recv_error = None;
         loop {
-            match socket.recv_from(&mut buf) {
-                Ok((n, src)) => {
-                    let info = PacketInfo {
-                        src,
-                        dst: local,
-                        time: Instant::now(),
-                    };
-                    // A malformed or stray datagram is tquic's to drop; keep serving.
-                    let _ = endpoint.recv(&mut buf[..n], &info);
-                    after_datagram(endpoint);
-                }
+            let res = io.recv_batch(|buf, src| {
+                let info = PacketInfo {
+                    src,
+                    dst: local,
+                    time: Instant::now(),
+                };
+                // A malformed or stray datagram is tquic's to drop; keep serving.
+                let _ = endpoint.recv(buf, &info);
+                after_datagram(endpoint);
+            });
+            match res {
+                // A batch that did not fill the buffers emptied the socket: any datagram
+                // arriving later wakes the (edge-triggered) poll again.
+                Ok(batch) if batch.full => continue,
+                Ok(_) => break,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -212,7 +195,7 @@ pub fn event_loop_with(
         }
         endpoint.on_timeout(Instant::now());
 
-        let send_error = sender.error.borrow_mut().take();
+        let send_error = io.take_send_error();
         match app(endpoint, recv_error.or(send_error))? {
             Step::Continue(w) => wake_at = w,
             Step::Stop { flush } => {

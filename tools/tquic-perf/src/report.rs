@@ -6,9 +6,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::rtt::RttSummary;
+use crate::udp::BatchReport;
 
-/// Version of the JSON summary's schema (see README.md). 2: `sender.rtt_*` added.
-pub const JSON_FORMAT_VERSION: u32 = 2;
+/// Version of the JSON summary's schema (see README.md). 2: `sender.rtt_*` added;
+/// 3: `batching` added.
+pub const JSON_FORMAT_VERSION: u32 = 3;
 
 /// Formats like a C++ iostream with default flags and precision 6 (printf `%g`):
 /// 6 significant digits, trailing zeros dropped, scientific below 1e-4 and from 1e6.
@@ -132,6 +134,35 @@ pub struct Summary {
     pub window: u64,
     pub pacing: bool,
     pub sender: SenderStats,
+    /// How this process's socket sent and received: modes, fallbacks, syscall counts.
+    pub batching: BatchReport,
+}
+
+/// The `batching ...` log line (after the glog prefix): the JSON's `batching`, flat.
+pub fn batching_line(b: &BatchReport) -> String {
+    let (s, r) = (&b.send, &b.recv);
+    let na = |v: &Option<String>| v.as_deref().map_or("na".into(), |x| format!("{x:?}"));
+    format!(
+        "batching send_requested={} send_mode={} send_syscalls={} send_packets={} \
+         send_gso_messages={} send_gso_max_segments={} send_would_block={} \
+         recv_requested={} recv_mode={} recv_syscalls={} recv_datagrams={} recv_packets={} \
+         recv_polls={} send_fallback={} recv_fallback={}",
+        s.requested,
+        s.mode,
+        s.syscalls,
+        s.packets,
+        s.gso_messages,
+        s.gso_max_segments,
+        s.would_block,
+        r.requested,
+        r.mode,
+        r.syscalls,
+        r.datagrams,
+        r.packets,
+        r.polls,
+        na(&s.fallback_reason),
+        na(&r.fallback_reason),
+    )
 }
 
 /// Writes `value` as JSON to `path` atomically: a temporary file in the same directory,

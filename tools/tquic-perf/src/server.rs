@@ -20,6 +20,7 @@ use crate::error::PerfError;
 use crate::net::{self, SocketSender, Step};
 use crate::report::{self, SenderStats, Summary};
 use crate::rtt::{RttSampler, RttState};
+use crate::udp::UdpIo;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -72,6 +73,7 @@ struct ServerHandler {
     transfers: HashMap<u64, Transfer>,
     samplers: Samplers,
     finished: Rc<RefCell<Vec<Summary>>>,
+    io: Rc<UdpIo>,
 }
 
 impl ServerHandler {
@@ -145,6 +147,7 @@ impl ServerHandler {
             window: self.opts.window,
             pacing: self.opts.pacing,
             sender,
+            batching: self.io.report(),
         }
     }
 }
@@ -241,6 +244,7 @@ impl TransportHandler for ServerHandler {
         let rtt = self.samplers.borrow_mut().remove(&idx);
         let s = self.summary(conn, &t, rtt);
         glog!('I', "{}", stats_line(&s));
+        glog!('I', "{}", report::batching_line(&s.batching));
         self.finished.borrow_mut().push(s);
     }
 
@@ -277,7 +281,10 @@ impl TempCert {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let ck = rcgen::generate_simple_self_signed(vec!["tquic-perf".to_string()])
             .context("cannot generate a self-signed certificate")?;
-        let dir = std::env::temp_dir().join(format!("tquic-perf-cert-{}", std::process::id()));
+        // Per process and per server in it (tests run several servers in one process).
+        static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SERVERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tquic-perf-cert-{}-{n}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
@@ -313,7 +320,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     install_signal_handlers()?;
     let addr: SocketAddr = net::resolve(&opts.host, opts.port)?;
     let socket = net::udp_socket(addr).map_err(|cause| PerfError::Bind { addr, cause })?;
-    let socket = Rc::new(socket);
+    let io = Rc::new(UdpIo::new(socket, false, opts.batch_opts()).map_err(PerfError::from)?);
 
     let temp_cert = match (&opts.cert, &opts.key) {
         (Some(_), Some(_)) => None,
@@ -351,51 +358,45 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         transfers: HashMap::new(),
         samplers: samplers.clone(),
         finished: finished.clone(),
+        io: io.clone(),
     };
-    let sender = Rc::new(SocketSender {
-        socket: socket.clone(),
-        connected: false,
-        error: RefCell::new(None),
-    });
+    let sender = Rc::new(SocketSender { io: io.clone() });
     let mut endpoint = Endpoint::new(Box::new(config), true, Box::new(handler), sender.clone());
     glog!(
         'I',
-        "server listening on {} cc={} latency_factor={} pacing={} window={}",
-        socket.local_addr()?,
+        "server listening on {} cc={} latency_factor={} pacing={} window={} gso={} gro={} mmsg={}",
+        io.local_addr()?,
         opts.congestion,
         opts.latency_factor,
         opts.pacing,
-        opts.window
+        opts.window,
+        opts.gso,
+        opts.gro,
+        opts.mmsg
     );
 
     let mut served = 0usize;
     let after_datagram = |ep: &mut Endpoint| sample_rtts(ep, &samplers);
-    net::event_loop_with(
-        &mut endpoint,
-        &socket,
-        &sender,
-        after_datagram,
-        |ep, io_error| {
-            if let Some(e) = io_error {
-                glog!('W', "socket error: {e}");
+    net::event_loop_with(&mut endpoint, &io, after_datagram, |ep, io_error| {
+        if let Some(e) = io_error {
+            glog!('W', "socket error: {e}");
+        }
+        let stop = STOP.load(Ordering::SeqCst);
+        if stop {
+            glog!('I', "signal received, closing");
+            // Reports every open connection through on_conn_closed.
+            ep.close(true);
+        }
+        for s in finished.borrow_mut().drain(..) {
+            served += 1;
+            if let Some(path) = &opts.json {
+                report::write_json_atomic(path, &s)?;
             }
-            let stop = STOP.load(Ordering::SeqCst);
-            if stop {
-                glog!('I', "signal received, closing");
-                // Reports every open connection through on_conn_closed.
-                ep.close(true);
-            }
-            for s in finished.borrow_mut().drain(..) {
-                served += 1;
-                if let Some(path) = &opts.json {
-                    report::write_json_atomic(path, &s)?;
-                }
-            }
-            if stop || (opts.once && served > 0) {
-                return Ok(Step::Stop { flush: !stop });
-            }
-            Ok(Step::Continue(None))
-        },
-    )?;
+        }
+        if stop || (opts.once && served > 0) {
+            return Ok(Step::Stop { flush: !stop });
+        }
+        Ok(Step::Continue(None))
+    })?;
     Ok(())
 }
