@@ -49,6 +49,7 @@ from latency_divide.ops.admission import beyond_cores
 from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
 from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
 from latency_divide.trial import rawio
+from latency_divide.trial.instrument import generation_of
 from latency_divide.trial.layout import QLOG_SUMMARY, SENDER_JSON, SENDER_LOG, SETUP_JSON
 
 #: Where a trial's sender qlogs may be, relative to the trial directory.
@@ -109,13 +110,18 @@ def beyond_host_of(trial: Trial) -> str | None:
     records (ops.admission.beyond_cores: its capacity, RTT, tool and window, and the host's
     cores in setup.json), or None. Such a trial's timing checks can pass while the host, not
     the link, limits it (README "Links beyond the host"). Trials whose link fits a one-core
-    host are not read further; trials without setup.json (before format 4) are not judged."""
+    host are not read further; trials without setup.json (before format 4) are not judged.
+    A trial is judged by the cost model of the instrument that measured it (meta.json
+    ``instrument``; ``v1`` for trials published before it was recorded), so a trial that was
+    host-bound stays excluded whatever today's instrument costs."""
     meta = trial.meta
     tool = meta.get("tool") if isinstance(meta.get("tool"), dict) else {}
     testbed = (meta.get("definition") or {}).get("testbed", "local")
     args = (float(meta.get("capacity_kbps") or 0), float(meta["household"].get("rtt_ms") or 0),
             tool.get("window_bytes"), str(tool.get("name", "tquic-perf")), testbed)
-    if beyond_cores(*args, cpu_count=1) is None:
+    # the cost model of the instrument that measured it, never today's (trial.instrument)
+    gen = generation_of(meta)
+    if beyond_cores(*args, cpu_count=1, generation=gen) is None:
         return None
     try:
         setup = json.loads(rawio.read_text(trial.path, SETUP_JSON))
@@ -124,7 +130,7 @@ def beyond_host_of(trial: Trial) -> str | None:
     cores = (setup.get("host") or {}).get("cpu_count") if isinstance(setup, dict) else None
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
         return None
-    return beyond_cores(*args, cpu_count=cores)
+    return beyond_cores(*args, cpu_count=cores, generation=gen)
 
 
 def trial_row(trial: Trial) -> dict:

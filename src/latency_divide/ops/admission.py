@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from latency_divide.trial.instrument import CURRENT, GENERATIONS
 
 #: The Snakemake resource trials ask for (per mille of the host's CPU capacity).
 RESOURCE = "host_load"
@@ -88,6 +92,45 @@ RT_CORES_PER_MBIT = 0.0105
 RT_FLOOR_CORES_BY_TOOL = {"tperf": 0.15}
 
 
+@dataclass(frozen=True)
+class Costs:
+    """The cost model of one instrument generation (trial.instrument): what a trial measured
+    with it costs. The constants above are generation ``v1``'s (every trial published before
+    2026-11-27); a published trial is judged by its own generation's model."""
+
+    cores_per_mbit: float
+    rt_idle_cores: float
+    rt_cores_per_mbit: float
+    tool_factor: Mapping[str, float]
+    rt_floor_by_tool: Mapping[str, float]
+
+
+#: v2 (delay line 0.2's release windows, tquic-perf's GSO and recvmmsg; issue 40): the tail
+#: of the real-time cores per Mbit/s and the mean cores per Mbit/s, fitted like v1's
+#: (bench/bench_admission_fit.py on a sweep measured with it; docs/parallel.md).
+V2_CORES_PER_MBIT = 0.0085
+V2_RT_IDLE_CORES = 0.02
+V2_RT_CORES_PER_MBIT = 0.0105
+V2_TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 1.5}
+
+COSTS: dict[str, Costs] = {
+    "v1": Costs(CORES_PER_MBIT, RT_IDLE_CORES, RT_CORES_PER_MBIT, TOOL_FACTOR,
+                RT_FLOOR_CORES_BY_TOOL),
+    "v2": Costs(V2_CORES_PER_MBIT, V2_RT_IDLE_CORES, V2_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
+                RT_FLOOR_CORES_BY_TOOL),
+}
+assert set(COSTS) == set(GENERATIONS)
+
+
+def costs(generation: str = CURRENT) -> Costs:
+    """The cost model of an instrument generation, or a clear error."""
+    try:
+        return COSTS[generation]
+    except KeyError:
+        raise ValueError(f"instrument generation {generation!r} is not one of "
+                         f"{', '.join(COSTS)}") from None
+
+
 #: What a trial asks for is at least its real-time cores times this: under the profile's
 #: budget of 900 the real-time work of all trials then stays under 900 / 1.15 = 780 per
 #: mille (1.57 cores of 2). In the recheck every trial whose transfer overlapped more than
@@ -113,24 +156,28 @@ def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> f
 
 
 def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
-             tool: str = "tquic-perf", testbed: str = "local") -> float:
+             tool: str = "tquic-perf", testbed: str = "local",
+             generation: str = CURRENT) -> float:
     """Expected real-time cores of one trial at the tail of its load: the tool ends and the
-    delay line, zero where the tools run on other hosts."""
+    delay line, zero where the tools run on other hosts; by the cost model of the instrument
+    ``generation`` that measures (or measured) it."""
     if testbed == "ssh":
         return 0.0
-    factor = TOOL_FACTOR.get(tool, max(TOOL_FACTOR.values()))
-    rate_part = RT_CORES_PER_MBIT * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
-    return max(RT_FLOOR_CORES_BY_TOOL.get(tool, 0.0), RT_IDLE_CORES + rate_part)
+    c = costs(generation)
+    factor = c.tool_factor.get(tool, max(c.tool_factor.values()))
+    rate_part = c.rt_cores_per_mbit * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
+    return max(c.rt_floor_by_tool.get(tool, 0.0), c.rt_idle_cores + rate_part)
 
 
 def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                 tool: str = "tquic-perf", testbed: str = "local",
-                busy_s: float = 65.0) -> float:
+                busy_s: float = 65.0, generation: str = CURRENT) -> float:
     """Expected mean CPU cores of one trial on this host over its ``busy_s`` seconds
     (idle baseline + transfer)."""
     if testbed == "ssh":
         return SSH_CORES
-    per_rate = CORES_PER_MBIT * TOOL_FACTOR.get(tool, max(TOOL_FACTOR.values()))
+    c = costs(generation)
+    per_rate = c.cores_per_mbit * c.tool_factor.get(tool, max(c.tool_factor.values()))
     wall_s = busy_s + TRIAL_OVERHEAD_S
     return (FIXED_CPU_S / wall_s + RUN_CORES
             + per_rate * carried_mbit(rate_kbit, rtt_ms, window_bytes))
@@ -143,20 +190,21 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 
 
 def beyond_host(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
-                testbed: str = "local", cpu_count: int | None = None) -> str | None:
+                testbed: str = "local", cpu_count: int | None = None,
+                generation: str = CURRENT) -> str | None:
     """Why this host cannot emulate a trial's link even alone (its real-time work exceeds
     RT_HOST_SHARE of every core), or None. Such a trial is measured once, not retried
     (:func:`retries_for`), and the analysis leaves it out (analysis.metrics.beyond_host_of)."""
     return beyond_cores(plan.shaper(direction).rate_kbit, plan.rtt_ms, window_bytes, tool,
-                        testbed, cpu_count)
+                        testbed, cpu_count, generation)
 
 
 def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                  tool: str = "tquic-perf", testbed: str = "local",
-                 cpu_count: int | None = None) -> str | None:
+                 cpu_count: int | None = None, generation: str = CURRENT) -> str | None:
     """:func:`beyond_host` from a link's rate and RTT and a host's core count (the analysis
-    reads them from a trial's records)."""
-    rt = rt_cores(rate_kbit, rtt_ms, window_bytes, tool, testbed)
+    reads them, and the instrument's generation, from a trial's records)."""
+    rt = rt_cores(rate_kbit, rtt_ms, window_bytes, tool, testbed, generation)
     n = cpu_count or os.cpu_count() or 1
     if rt <= RT_HOST_SHARE * n:
         return None

@@ -38,6 +38,7 @@ from latency_divide.testbed.runners import Runner, pid_alive
 from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
 from latency_divide.trial import definition
 from latency_divide.trial.health import health
+from latency_divide.trial.instrument import instrument
 from latency_divide.trial.layout import (
     ARCHIVE,
     DELAYLINE_LOG,
@@ -258,6 +259,13 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
                           d / QUEUE_LOG, timing["transfer_started_unix"],
                           timing["transfer_ended_unix"], spec.queue_interval_s, cpu)
 
+    def _text(p: Path) -> str:
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    measured_by = instrument(found["mechanism"], _text(dl_log), spec.tool.name,
+                             found["tool_version"], _text(d / SENDER_JSON),
+                             _text(d / RECEIVER_JSON))
+
     return {
         "format_version": FORMAT_VERSION,
         "latency_divide_version": __version__,
@@ -274,6 +282,9 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "linkplan": plan.to_dict(),
         "delay_mechanism": found["mechanism"],
         "delayline_exit_code": delayline_rc,
+        # the delay line's design and settings and the tool's batching (trial.instrument):
+        # what a published trial is judged by, never today's instrument
+        "instrument": measured_by,
         "tool": {"name": spec.tool.name, "path": binary,
                  "sha256": found["binary_sha256"], "version": found["tool_version"],
                  "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),

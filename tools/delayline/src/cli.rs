@@ -14,7 +14,7 @@ pub const MAX_SPIN_US: u64 = 10_000;
 /// exceed the emulation-health bound on release lateness.
 pub const MAX_WINDOW_US: u64 = 1_000;
 /// The default release window (µs), chosen by bench/bench_delayline_window.py (README).
-pub const DEFAULT_WINDOW_US: &str = "250";
+pub const DEFAULT_WINDOW_US: &str = "500";
 
 /// Userspace delay line: bridges two interfaces with AF_PACKET sockets and holds each
 /// frame for a fixed one-way delay per direction (a netem `delay` stand-in for kernels
@@ -69,13 +69,17 @@ pub struct Opts {
     /// window, sending every frame due by then; 0 sends each frame at its own release time.
     /// Fewer wake-ups cost less CPU; each frame may leave up to the window minus --early-us
     /// late.
-    #[arg(long, value_name = "US", default_value = DEFAULT_WINDOW_US, value_parser = parse_window_us)]
+    /// Also read from the environment variable DELAYLINE_WINDOW_US (so a bench or a
+    /// user can try another window without changing a trial's definition; the window used
+    /// is in the ready and usage lines and the stats JSON).
+    #[arg(long, value_name = "US", default_value = DEFAULT_WINDOW_US, env = "DELAYLINE_WINDOW_US",
+          value_parser = parse_window_us)]
     pub window_us: Duration,
 
     /// How early (µs) a frame may leave beside a frame that is due, so that releases of
     /// a window share one wake-up (default: half the window, so the error is symmetric and
     /// the mean delay exact; at most the window). A lone frame always leaves on time.
-    #[arg(long, value_name = "US", value_parser = parse_window_us)]
+    #[arg(long, value_name = "US", env = "DELAYLINE_EARLY_US", value_parser = parse_window_us)]
     pub early_us: Option<Duration>,
 
     /// SCHED_FIFO priority of the bridge threads (1..=99), so other busy processes on the
