@@ -197,6 +197,12 @@ def trial_row(trial: Trial) -> dict:
     for k in HEALTH_COLUMNS:
         v = health.get(k)
         row[k] = float(v) if v is not None else math.nan
+    # which instrument measured it (trial.instrument; v1 for trials that recorded none)
+    row["instrument"] = generation_of(meta)
+    inst = meta.get("instrument") if isinstance(meta.get("instrument"), dict) else {}
+    dl = (inst.get("delay") or {}).get("delayline") or {}
+    w = dl.get("window_us")
+    row["delayline_window_us"] = float(w) if isinstance(w, (int, float)) else math.nan
     return row
 
 

@@ -68,6 +68,7 @@ CODE_MODULES = (
     "latency_divide.trial",
     "latency_divide.trial.definition",
     "latency_divide.trial.health",
+    "latency_divide.trial.instrument",
     "latency_divide.trial.layout",
     "latency_divide.trial.packs",
     "latency_divide.trial.rawio",

@@ -81,6 +81,10 @@ TRIALS_SCHEMA = pa.schema(
         ("queue_samples_pct", pa.float64()),
         ("queue_gap_max_s", pa.float64()),
         ("tool_cpu_s", pa.float64()),
+        # the instrument that measured it (trial.instrument: "v1" for trials published
+        # before 2026-11-27) and the delay line's release window, µs (NaN: v1 or netem)
+        ("instrument", pa.string()),
+        ("delayline_window_us", pa.float64()),
     ]
 )
 
