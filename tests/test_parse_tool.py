@@ -19,9 +19,11 @@ from conftest import ROOT, TEST_DATA
 from latency_divide.analysis.metrics import sender_loss_pct_of, transport_rtt_of
 from latency_divide.trial import rawio
 from latency_divide.parsers.tool import (
+    Batching,
     Interval,
     SenderRtt,
     ToolParseError,
+    parse_batching_json,
     parse_sender_json,
     parse_sender_log,
     parse_tool_log,
@@ -305,7 +307,7 @@ def loopback_run(tmp_path_factory):
 def test_real_sender_report_has_rtt_samples_in_json_and_log(loopback_run):
     d = loopback_run
     doc = json.loads((d / "sender.json").read_text())
-    assert doc["format_version"] == 2
+    assert doc["format_version"] == 3
     js = parse_sender_json((d / "sender.json").read_text())
     log = parse_sender_log((d / "sender.log").read_text())
     # The log line and the JSON report the same connection with the same numbers.
@@ -319,6 +321,37 @@ def test_real_sender_report_has_rtt_samples_in_json_and_log(loopback_run):
     # The client reports no sender numbers.
     rj = parse_sender_json((d / "receiver.json").read_text())
     assert rj.rtt_samples is None and rj.rtt_mean_ms is None and rj.loss_pct is None
+
+
+def test_real_reports_say_how_the_socket_batched(loopback_run):
+    """Loopback takes UDP GSO: the sender sends several packets per syscall, and the
+    receiver reads them (GRO-coalesced) in fewer calls than packets."""
+    sender = parse_batching_json((loopback_run / "sender.json").read_text())
+    receiver = parse_batching_json((loopback_run / "receiver.json").read_text())
+    assert (sender.send_requested, sender.send_mode, sender.send_fallback) == ("gso", "gso", None)
+    assert sender.send_packets > 1000 and sender.send_syscalls_per_packet < 0.5
+    assert receiver.recv_mode in ("gro", "recvmmsg") and receiver.recv_fallback is None
+    assert receiver.recv_syscalls_per_packet < 1
+    assert receiver.recv_datagrams <= receiver.recv_packets
+
+
+def test_reports_before_batching_have_none_and_malformed_ones_raise():
+    assert parse_batching_json('{"format_version": 2, "sender": {}}') is None
+    good = {"send": {"requested": "gso", "mode": "sendmmsg", "fallback_reason": "refused",
+                     "syscalls": 10, "packets": 640},
+            "recv": {"requested": "gro", "mode": "gro", "fallback_reason": None,
+                     "syscalls": 5, "datagrams": 20, "packets": 100}}
+    b = parse_batching_json(json.dumps({"batching": good}))
+    assert b == Batching("gso", "sendmmsg", "refused", 10, 640, "gro", "gro", None, 5, 20, 100)
+    assert (b.send_syscalls_per_packet, b.recv_syscalls_per_packet) == (10 / 640, 0.05)
+    for side, key, value, match in [("send", "mode", "gsoo", "not one of"),
+                                    ("recv", "packets", -1, "not a count"),
+                                    ("recv", "syscalls", 1.5, "not a count"),
+                                    ("send", "fallback_reason", 3, "fallback_reason")]:
+        bad = json.loads(json.dumps(good))
+        bad[side][key] = value
+        with pytest.raises(ToolParseError, match=match):
+            parse_batching_json(json.dumps({"batching": bad}))
 
 
 def test_transport_rtt_of_a_trial_from_sender_json_else_sender_log(loopback_run, tmp_path):

@@ -32,6 +32,10 @@ it logs per connection (``sender.log``; ``na`` for a value it does not have). Fr
 ``rtt_mean_ms``, ``rtt_p50_ms``, ``rtt_p90_ms``. :func:`parse_sender_json` and
 :func:`parse_sender_log` return a :class:`SenderRtt` with ``None`` for whatever the report
 lacks (older reports, tperf's logs), and raise :class:`ToolParseError` for a malformed one.
+
+From JSON format 3 both roles' summaries say how the socket batched (UDP GSO, sendmmsg, GRO,
+recvmmsg), what it fell back to and why, and count its syscalls and packets:
+:func:`parse_batching_json` returns a :class:`Batching` (None for older reports).
 """
 
 from __future__ import annotations
@@ -228,6 +232,76 @@ def parse_sender_log(text: str) -> SenderRtt | None:
         return None
     lineno, values = last
     return _sender_rtt(values, f"line {lineno}")
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How one tquic-perf process's UDP socket sent and received (JSON format 3's
+    ``batching``; tools/tquic-perf/README.md). Modes, best first: send ``gso``, ``sendmmsg``,
+    ``sendmsg``; receive ``gro``, ``recvmmsg``, ``recvmsg``. ``*_requested`` is the best the
+    flags allowed, ``*_mode`` the one in use at the end, ``*_fallback`` why they differ (None
+    if they do not). Counts are over the process's socket (a server's: all its connections)."""
+
+    send_requested: str
+    send_mode: str
+    send_fallback: str | None
+    send_syscalls: int
+    send_packets: int
+    recv_requested: str
+    recv_mode: str
+    recv_fallback: str | None
+    recv_syscalls: int
+    #: datagrams the kernel returned (a GRO-coalesced one counts once) and the QUIC packets
+    #: they carried
+    recv_datagrams: int
+    recv_packets: int
+
+    @property
+    def send_syscalls_per_packet(self) -> float | None:
+        return self.send_syscalls / self.send_packets if self.send_packets > 0 else None
+
+    @property
+    def recv_syscalls_per_packet(self) -> float | None:
+        return self.recv_syscalls / self.recv_packets if self.recv_packets > 0 else None
+
+
+_SEND_MODES = ("gso", "sendmmsg", "sendmsg")
+_RECV_MODES = ("gro", "recvmmsg", "recvmsg")
+
+
+def parse_batching_json(text: str) -> Batching | None:
+    """The ``batching`` object of a tquic-perf JSON summary (either role), or None for a
+    report without one (JSON format < 3: one syscall per packet, no counts)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ToolParseError(f"tool JSON: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(doc, dict):
+        raise ToolParseError("tool JSON: not an object")
+    if "batching" not in doc:
+        return None
+    out: dict = {}
+    for side, modes in (("send", _SEND_MODES), ("recv", _RECV_MODES)):
+        part = doc["batching"].get(side) if isinstance(doc["batching"], dict) else None
+        if not isinstance(part, dict):
+            raise ToolParseError(f"tool JSON: batching.{side} is not an object")
+        for k in ("requested", "mode"):
+            if part.get(k) not in modes:
+                raise ToolParseError(f"tool JSON: batching.{side}.{k}={part.get(k)!r} is not "
+                                     f"one of {', '.join(modes)}")
+            out[f"{side}_{k}"] = part[k]
+        why = part.get("fallback_reason")
+        if why is not None and not isinstance(why, str):
+            raise ToolParseError(f"tool JSON: batching.{side}.fallback_reason={why!r}")
+        out[f"{side}_fallback"] = why
+        counts = ("syscalls", "packets") if side == "send" else ("syscalls", "datagrams",
+                                                                  "packets")
+        for k in counts:
+            v = part.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ToolParseError(f"tool JSON: batching.{side}.{k}={v!r} is not a count")
+            out[f"{side}_{k}"] = v
+    return Batching(**out)
 
 
 #: a sender's log line that says it runs another congestion control than it was asked for ->
