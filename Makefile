@@ -1,5 +1,7 @@
-# Quick start: `make all` (set up, then run the default workflow) and `make test`.
-.PHONY: setup all quick test lint clean lock
+# Quick start: `make quick` (set up, then a small real run) and `make test` (lint and the quick
+# test tier); `make all` runs the paper's experiment, `make test-all` every test (CI).
+# A snakemake target goes before --configfile: --configfile takes every following word as a file.
+.PHONY: setup all quick test test-all lint clean lock
 SNAKEMAKE = .venv/bin/snakemake
 CORES ?= 1
 
@@ -10,9 +12,14 @@ all: setup
 	$(SNAKEMAKE) --cores $(CORES) all
 
 quick: setup
-	$(SNAKEMAKE) --cores $(CORES) --configfile config/quick.yaml all
+	$(SNAKEMAKE) --cores $(CORES) all --configfile config/quick.yaml
 
+# The quick tier: every test not marked slow (each at most 30 s, tests/conftest.py).
 test: setup
+	./scripts/test.sh -m "not slow"
+
+# Everything: the slow tier too (real sweeps, the Slurm cluster, the published re-analysis).
+test-all: setup
 	./scripts/test.sh
 
 lint: setup

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command (called by `make test` and .ci/run): lint, then the test suite.
+# The project's test command: lint, then pytest with the given arguments (`make test` passes
+# -m "not slow", the quick tier; `make test-all` and .ci/run nothing: every test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/lint.sh

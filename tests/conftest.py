@@ -12,6 +12,11 @@ the reason, when the process is not root or the kernel refuses a new network nam
 fixtures are not set up then. As root, a missing ``ip`` is a broken setup, not a reason to
 skip: those tests fail, naming scripts/setup.sh. Tests that need no namespace must not carry
 the marker (they would be skipped for nothing).
+
+The tiers are the ``slow`` marker: ``make test`` runs ``pytest -m "not slow"`` (the quick
+tier), ``make test-all`` everything. The split is enforced here: a test without the ``slow``
+marker whose set-up and call took over :data:`QUICK_LIMIT_S` fails, saying so (``pytest -o
+quick_limit_s=N`` changes the limit, e.g. on a loaded machine).
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ VENV_BIN = ROOT / ".venv" / "bin"
 #: Captured tool output (ping, qlog, queue, tool) and fixture trials (trials).
 TEST_DATA = ROOT / "tests" / "data"
 DATA_CSV = ROOT / "resources" / "digitaldivide" / "household-internet-data.csv"
+
+
+#: A test outside the ``slow`` tier may take this long (set-up and call, s), no longer.
+QUICK_LIMIT_S = 30.0
+_SETUP_S = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("quick_limit_s", f"the quick tier's limit per test, s (default {QUICK_LIMIT_S:g})",
+                  default=str(QUICK_LIMIT_S))
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +83,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if shutil.which("ip") is None:
         pytest.fail("netns: `ip` (iproute2) is missing: run scripts/setup.sh (it installs it)",
                     pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """The tiers' guard: a passing test that is not marked ``slow`` and took over the quick
+    tier's limit (its set-up, module fixtures included, and its call) fails."""
+    outcome = yield
+    rep = outcome.get_result()
+    if call.when == "setup":
+        item.stash[_SETUP_S] = call.duration
+        return
+    if call.when != "call" or not rep.passed or item.get_closest_marker("slow") is not None:
+        return
+    limit = float(item.config.getini("quick_limit_s"))
+    setup_s = item.stash.get(_SETUP_S, 0.0)
+    if setup_s + call.duration > limit:
+        rep.outcome = "failed"
+        rep.longrepr = (f"quick tier: {item.nodeid} took {setup_s + call.duration:.1f} s (set-up "
+                        f"{setup_s:.1f} s, call {call.duration:.1f} s), over the limit of "
+                        f"{limit:g} s for a test without the slow marker: mark it "
+                        "@pytest.mark.slow (make test-all runs it) or make it quicker")

@@ -380,3 +380,51 @@ def test_the_netns_marker_fails_as_root_without_ip(pytester, monkeypatch):
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     res.assert_outcomes(passed=1, errors=1)  # failed in setup, before any fixture
     res.stdout.fnmatch_lines(["*netns: `ip` (iproute2) is missing: run scripts/setup.sh*"])
+
+
+_TIMED = '''
+import time
+import pytest
+
+
+def test_quick():
+    pass
+
+
+def test_over_the_limit():
+    time.sleep(0.6)
+
+
+@pytest.mark.slow
+def test_over_the_limit_but_slow():
+    time.sleep(0.6)
+
+
+@pytest.fixture(scope="module")
+def costly():
+    time.sleep(0.6)
+
+
+def test_its_fixture_counts(costly):
+    pass
+'''
+
+
+def test_a_test_over_the_quick_limit_without_the_slow_marker_fails(pytester):
+    """The tiers' guard (tests/conftest.py): over the limit (here 0.5 s instead of 30 s), a
+    test outside the slow tier fails and says why; its fixtures' set-up counts; a slow test
+    may take as long as it needs."""
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(test_timed=_TIMED)
+    pytester.makeini("[pytest]\nmarkers =\n    netns: gated\n    slow: long\n"
+                     "quick_limit_s = 0.5\n")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    res.assert_outcomes(passed=2, failed=2)
+    res.stdout.fnmatch_lines(["*quick tier: test_timed.py::test_over_the_limit took 0.6 s*"
+                              "over the limit of 0.5 s*mark it @pytest.mark.slow*",
+                              "*FAILED test_timed.py::test_over_the_limit *",
+                              "*FAILED test_timed.py::test_its_fixture_counts*"],
+                             consecutive=False)
+    # the quick tier as make test selects it: the slow test is not run at all
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "not slow")
+    res.assert_outcomes(passed=1, failed=2, deselected=1)

@@ -148,6 +148,49 @@ def _wait(pred, timeout: float, what: str, proc=None) -> None:
 
 # ------------------------------------------------------------------------------------------
 
+def test_up_prints_everything_a_users_shell_must_set():
+    """`python -m latency_divide.ops.slurmlab up` as documented (docs/cluster.md): its output,
+    eval'd in a shell that knows nothing of the cluster, is all that shell needs: squeue finds
+    the cluster, and srun works where the executor's job step has dropped SLURM_CONF (the srun
+    shim, first on PATH, with LD_SLURM_CONF). With only SLURM_CONF set, the same srun fails."""
+    if _missing_programs():
+        pytest.fail(f"Slurm programs missing: {_missing_programs()}: run scripts/setup.sh",
+                    pytrace=False)
+    d = Path(f"/tmp/ld-slurm-env-{os.getpid()}")
+    cli = [str(VENV_BIN / "python"), "-m", "latency_divide.ops.slurmlab"]
+    args = ["--dir", str(d), "--port", "16617", "--nodes", "1"]
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("SLURM") and k != "LD_SLURM_CONF"}
+    up = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=120,
+                        env=clean)
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = [line for line in up.stdout.splitlines() if line.startswith("export ")]
+        assert exports == [f"export SLURM_CONF={d}/slurm.conf",
+                           f"export LD_SLURM_CONF={d}/slurm.conf",
+                           f'export PATH="{d}/bin:$PATH"'], up.stdout
+        again = subprocess.run([*cli, "env", *args], capture_output=True, text=True, timeout=30,
+                               env=clean)
+        assert again.returncode == 0 and again.stdout == up.stdout, again.stderr
+        # the job step's inner srun, as the plugin runs it: every SLURM_* variable dropped
+        step = "env -u SLURM_CONF timeout 60 srun -N1 -n1 hostname"
+        ok = subprocess.run(["bash", "-c", f'eval "$1"\ncommand -v srun\nsqueue -h -o %i\n{step}',
+                             "shell", up.stdout], capture_output=True, text=True, timeout=120,
+                            env=clean)
+        assert ok.returncode == 0, ok.stderr
+        assert ok.stdout.splitlines()[0] == f"{d}/bin/srun"
+        assert ok.stdout.splitlines()[-1].strip() == subprocess.run(
+            ["hostname"], capture_output=True, text=True).stdout.strip()
+        only_conf = subprocess.run(["bash", "-c", f"export SLURM_CONF={d}/slurm.conf\n{step}"],
+                                   capture_output=True, text=True, timeout=120, env=clean)
+        assert only_conf.returncode != 0 and "DNS SRV lookup failed" in only_conf.stderr, (
+            only_conf.stdout + only_conf.stderr)
+    finally:
+        down = subprocess.run([*cli, "down", *args], capture_output=True, text=True,
+                              timeout=120, env=clean)
+        assert down.returncode == 0 and not d.exists(), down.stderr
+
+
 def test_a_trials_request_is_the_admission_model_in_millicores():
     """The GRES request is the local admission model, not scaled to the submitting host."""
     from latency_divide.data.households import get_household
@@ -249,7 +292,7 @@ def test_sweep_on_slurm_agrees_with_local(lab, base):
     for s, l in zip(metas, lmetas):
         assert json.loads(l.read_text())["executor"]["kind"] == "local"
         a, b = summarize_trial(s.parent), summarize_trial(l.parent)
-        # per-trial bounds against the same trial elsewhere (README "Emulation health"); a
+        # per-trial bounds against the same trial elsewhere (docs/emulation.md "Emulation health"); a
         # trial beyond them is measured alone too, since some spread wider than the bounds
         # alone (Copa δ 0.5's self-delay): wrong only if no run agrees with it
         refs = [b]

@@ -1,7 +1,8 @@
 """A one-host Slurm cluster from Debian's packages, for the tests and the bench (docs/cluster.md).
 
 ``python -m latency_divide.ops.slurmlab up [--dir DIR]`` starts, as root, all under DIR
-(default /tmp/ld-slurm, a directory we own; nothing in /etc is read or written):
+(default /tmp/ld-slurm, a directory we own; nothing in /etc is read or written), and prints
+what a client's shell must set, as ``export`` lines for ``eval`` (``env`` prints them again):
 
 - ``munged`` with its own key and socket (``DIR/munge/``);
 - ``slurmctld`` of the cluster ``ld-test`` (``ClusterName``), no accounting (no slurmdbd);
@@ -172,6 +173,19 @@ class SlurmLab:
         e["PATH"] = f"{self.dir / 'bin'}:{e.get('PATH', os.defpath)}"
         return e
 
+    def exports(self) -> str:
+        """What a user's shell must set to use this cluster, as lines ``eval`` runs: every
+        variable :meth:`env` sets (the srun shim's directory first on PATH), after a comment
+        that says how to get them into another shell."""
+        where = "" if self.dir == DEFAULT_DIR else f" --dir {self.dir}"
+        return "\n".join([
+            f"# cluster {self.cluster}: nodes {', '.join(self.node_names)}. The shell that runs "
+            "snakemake needs all three lines: eval \"$(.venv/bin/python -m "
+            f"latency_divide.ops.slurmlab env{where})\"",
+            f"export SLURM_CONF={self.conf}",
+            f"export LD_SLURM_CONF={self.conf}",
+            f'export PATH="{self.dir / "bin"}:$PATH"'])
+
     def _pids_file(self) -> Path:
         return self.dir / "pids.json"
 
@@ -336,18 +350,25 @@ def _wait(pred, timeout: float, what: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m latency_divide.ops.slurmlab",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("action", choices=["up", "down", "status"])
+    ap.add_argument("action", choices=["up", "env", "down", "status"],
+                    help="up: start the cluster and print what to set (export lines, for eval); "
+                         "env: print them again for a cluster that is up")
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"state (default {DEFAULT_DIR})")
     ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--port", type=int, default=CTLD_PORT,
+                    help=f"slurmctld's port; node i listens on PORT + i (default {CTLD_PORT})")
     ap.add_argument("--budget", type=int, default=900,
                     help="each node's hostload GRES (thousandths of a core; default 900)")
     a = ap.parse_args(argv)
     try:
-        lab = SlurmLab(dir=a.dir, nodes=a.nodes, budget=a.budget)
+        lab = SlurmLab(dir=a.dir, nodes=a.nodes, budget=a.budget, ctld_port=a.port)
         if a.action == "up":
             lab.up()
-            print(f"cluster {lab.cluster} up: nodes {', '.join(lab.node_names)}; "
-                  f"export SLURM_CONF={lab.conf}")
+            print(lab.exports())
+        elif a.action == "env":
+            if not lab.conf.exists():
+                raise EnvironmentError_(f"no cluster in {lab.dir}: start it with `up`")
+            print(lab.exports())
         elif a.action == "down":
             lab.down()
             print(f"cluster {lab.cluster} in {lab.dir} stopped and removed")
