@@ -43,8 +43,10 @@ pub const MAX_GSO_BYTES: usize = 65_535 - 40 - 8;
 /// Bytes per receive buffer: a whole GRO-coalesced datagram, or the largest UDP datagram.
 const RECV_BUF_BYTES: usize = 65_535;
 
-/// The Linux value of `SO_NO_CHECK` (not in the libc crate for every target).
+/// The Linux values of `SO_NO_CHECK` and `UDP_NO_CHECK6_RX` (not in the libc crate for
+/// every target).
 const SO_NO_CHECK: libc::c_int = 11;
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// Room for one `UDP_SEGMENT` / `UDP_GRO` cmsg (a u16 or int payload), 8-byte aligned.
 const CMSG_WORDS: usize = 4;
@@ -379,8 +381,11 @@ impl UdpIo {
         if opts.refuse.gso {
             // The kernel's GSO path rejects sockets that send without checksums.
             let v6 = socket.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+            // IPv6 requires UDP checksums: a receiver drops a zero one unless it allows it,
+            // so this socket allows it too (both ends of a test get the flag).
             let _ = if v6 {
                 setsockopt_int(fd, libc::SOL_UDP, libc::UDP_NO_CHECK6_TX, 1)
+                    .and_then(|()| setsockopt_int(fd, libc::SOL_UDP, UDP_NO_CHECK6_RX, 1))
             } else {
                 setsockopt_int(fd, libc::SOL_SOCKET, SO_NO_CHECK, 1)
             };

@@ -29,7 +29,11 @@ const AUTO: BatchOpts = BatchOpts {
 };
 
 fn bound(o: BatchOpts) -> UdpIo {
-    let s = tquic_perf::net::udp_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+    bound_at("127.0.0.1:0", o)
+}
+
+fn bound_at(addr: &str, o: BatchOpts) -> UdpIo {
+    let s = tquic_perf::net::udp_socket(addr.parse().unwrap()).unwrap();
     UdpIo::new(s, false, o).expect("socket set up")
 }
 
@@ -91,8 +95,12 @@ fn recv_n(rx: &UdpIo, n: usize) -> Vec<Vec<u8>> {
 /// Sends 320 packets from a socket with `tx_opts` to one with `rx_opts`; checks every
 /// packet arrived once, as sent, in order; returns both reports.
 fn transfer(tx_opts: BatchOpts, rx_opts: BatchOpts) -> (BatchReport, BatchReport) {
-    let rx = bound(rx_opts);
-    let tx = bound(tx_opts);
+    transfer_at("127.0.0.1:0", tx_opts, rx_opts)
+}
+
+fn transfer_at(addr: &str, tx_opts: BatchOpts, rx_opts: BatchOpts) -> (BatchReport, BatchReport) {
+    let rx = bound_at(addr, rx_opts);
+    let tx = bound_at(addr, tx_opts);
     let pkts = packets(320, rx.local_addr().unwrap());
     send_all(&tx, &pkts);
     let got = recv_n(&rx, pkts.len());
@@ -179,6 +187,30 @@ fn a_kernel_refusing_gso_gets_sendmmsg_and_the_report_says_why() {
     assert_eq!(s.gso_messages, 0);
     // The refused call, then one sendmmsg per batch.
     assert_eq!(s.syscalls, 6, "{s:?}");
+}
+
+#[test]
+fn over_ipv6_too_gso_and_its_refusal() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    }
+    let (t, _) = transfer_at("[::1]:0", AUTO, AUTO);
+    assert_eq!(t.send.mode, SendMode::Gso);
+    assert!(t.send.syscalls <= 5, "{:?}", t.send);
+    // Both ends refuse (the receiver must accept the zero UDP checksums IPv6 forbids).
+    let refuse = opts(
+        Toggle::Auto,
+        Toggle::Auto,
+        true,
+        Refuse {
+            gso: true,
+            ..Refuse::default()
+        },
+    );
+    let (t, _) = transfer_at("[::1]:0", refuse, refuse);
+    assert_eq!(t.send.mode, SendMode::Sendmmsg);
+    assert!(t.send.fallback_reason.unwrap().contains("GSO refused"));
 }
 
 #[test]
