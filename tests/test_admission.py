@@ -134,6 +134,7 @@ def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
         assert threads == "0", wildcards
 
 
+@pytest.mark.slow  # a workflow run of many jobs at once
 def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
     """Snakemake's own local executor runs at most --cores + 5 jobs at once; ours is limited
     by the resource budget only (12 zero-thread jobs of load 100 under a budget of 1200), as

@@ -147,8 +147,9 @@ def test_publish_records_every_file_and_fills_the_remote(published):
     assert m and 0 < int(m.group(1)) <= 150_000_000
 
 
-@pytest.mark.slow
 def test_clone_pull_reanalysis_runs_no_trial(published):
+    """The quick tier's re-analysis of a small real data set: 4 real trials published, a fresh
+    clone pulls them, `snakemake` builds the table and the figure, measuring nothing."""
     clone = clone_and_pull(published, "reanalysis")
     env = published["env"]
     assert len([p for p in (clone / "results/raw").rglob("*") if p.is_file()]) == NFILES
@@ -274,7 +275,6 @@ def test_a_second_publish_removes_the_superseded_manifest_only(published):
         "more data\n"
 
 
-@pytest.mark.slow
 def test_repro_keeps_raw_logs(published):
     """`dvc repro --force trials` with every trial present runs no trial and deletes nothing:
     results/raw is `persist: true` and trials are never re-run by Snakemake."""

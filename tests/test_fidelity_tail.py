@@ -3,7 +3,7 @@ profile's CPU budget with its start/end churn and a fast household among the tri
 keep every trial right, not the median: each Copa trial within the per-trial bound of the
 same trial run alone, and every trial's emulation-health verdict passing.
 
-Before the fix (README "Emulation health"), trials on 3-16 Mbit/s links with Copa δ = 0.8
+Before the fix (docs/emulation.md "Emulation health"), trials on 3-16 Mbit/s links with Copa δ = 0.8
 lost up to 0.25 of their throughput in such a sweep while its median stayed within 0.02.
 """
 
@@ -23,7 +23,8 @@ from latency_divide.trial.health import beyond_fidelity
 from conftest import ROOT, VENV_BIN
 from netns_util import copy_workflow
 
-pytestmark = pytest.mark.netns
+# a sweep of 48 real trials through the workflow, then alone runs: the slow tier
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 #: Enough cheap slow links to crowd the first wave as the sweep's did (the budget admits ~35
 #: at once), the 16 Mbit/s links where the bias was worst, and a fast household (56 Mbit/s)
@@ -34,7 +35,7 @@ HOUSEHOLDS = {"0-30": [11406, 13570, 7884, 797760, 13013],
 #: (3.5 Mbit/s, 2 x BDP of bfifo) does not: its Copa overshoots in slow start into the small
 #: buffer in about half the runs, alone too, and stays lossy for 1 to 3 s (tquic's Copa lowers
 #: δ to 0.5 while a round loses >= 10 %). 26 runs alone at 20 s: 14 lost 23-230 packets,
-#: self-delay 6.6 to 10.2 ms, against a bound of 1.5 ms (README "Emulation health"). 797760
+#: self-delay 6.6 to 10.2 ms, against a bound of 1.5 ms (docs/emulation.md "Emulation health"). 797760
 #: downlink (the same link class, no slow-start loss alone or in any sweep) stands for it.
 ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink"), (27337, "uplink")]
 #: The fix runs the tool ends at real-time priority (SCHED_FIFO, trial.spec tool_rt_priority);
@@ -101,7 +102,7 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
                        env=env, check=True, capture_output=True, timeout=300)
         alone = summarize_trial(next(alone_out.rglob(f"{hh}/{direction}/copa-0.8/rep1")))
         got = swept[(hh, direction, "copa-0.8")]
-        if beyond_fidelity(got, alone)[2]:  # README "Emulation health": the per-trial bounds
+        if beyond_fidelity(got, alone)[2]:  # docs/emulation.md "Emulation health": the per-trial bounds
             wrong.append(f"{hh} {direction}: norm_tput {got['norm_tput']:.3f} vs alone "
                          f"{alone['norm_tput']:.3f}, self-delay {got['self_delay_mean_ms']:.2f} "
                          f"vs {alone['self_delay_mean_ms']:.2f} ms")

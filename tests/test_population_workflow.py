@@ -37,6 +37,7 @@ def _workflow(dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow  # a workflow run of real trials, then the percentile table and figures
 def test_a_population_run_gives_the_percentile_table_and_figures(tmp_path):
     wf = _workflow(tmp_path / "wf")
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}

@@ -49,6 +49,7 @@ def test_marks_of_other_outputs_and_of_missing_trials_are_kept(tmp_path):
 
 
 @pytest.mark.netns
+@pytest.mark.slow  # a workflow run of a real trial that outlives Snakemake
 def test_clean_clears_the_mark_of_a_trial_finished_after_snakemake_died(tmp_path):
     r = _run_until_second_trial(tmp_path)
     wf, cfg, metas, env, proc, running = r.wf, r.cfg, r.metas, r.env, r.proc, r.second

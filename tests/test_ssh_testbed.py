@@ -104,6 +104,7 @@ def _metrics(d: Path) -> dict:
 
 
 @pytest.mark.netns
+@pytest.mark.slow  # real trials over SSH and locally
 def test_trial_over_ssh_matches_local(lab, provisioned, tmp_path):
     from latency_divide.testbed.local import LocalTestbed
     from latency_divide.testbed.ssh.testbed import SshTestbed
@@ -203,6 +204,7 @@ def _trial_with_fault(provisioned, tmp_path, client_ns: str, fault):
 
 
 @pytest.mark.netns
+@pytest.mark.slow  # real trials over SSH, one of them cut
 def test_connection_dropped_mid_trial_is_retried(lab, provisioned, tmp_path):
     """Kill the client node's SSH sessions while the receiver runs. Either the runner re-opens
     the session (recorded in meta.json) or, if a command was in flight, the attempt fails with
@@ -548,6 +550,7 @@ def test_a_work_directory_others_could_write_is_refused(lab, provisioned, tmp_pa
 
 
 @pytest.mark.netns
+@pytest.mark.slow  # a real trial over SSH and its node's daemon restarted
 def test_a_node_rebooted_mid_trial_ends_restored(lab, provisioned, tmp_path):
     """The gateway "reboots" while the transfer runs: its root qdiscs are gone and the queue
     sampler with them. The attempt ends in a named error or the trial completes; either way

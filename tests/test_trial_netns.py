@@ -278,6 +278,7 @@ def _run_until_second_trial(tmp_path: Path) -> TwoTrialRun:
     return TwoTrialRun(wf, cfg, metas, cmd, env, proc, first, second)
 
 
+@pytest.mark.slow  # a workflow run of real trials, killed and resumed
 def test_killed_run_is_cleaned_and_resumed_without_redoing_trials(tmp_path):
     r = _run_until_second_trial(tmp_path)
     wf, cfg, cmd, env, proc, first, second = r.wf, r.cfg, r.cmd, r.env, r.proc, r.first, r.second

@@ -78,7 +78,6 @@ def test_bad_config_fails_with_a_readable_message(wd, tmp_path):
         p.stdout + p.stderr)
 
 
-@pytest.mark.slow
 def test_default_config_table_has_the_38_paper_households(wd):
     snakemake(wd, "results/tables/households.parquet")
     df = pd.read_parquet(wd / "results/tables/households.parquet")
