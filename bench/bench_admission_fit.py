@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the admission must keep bounded: the real-time work of the trials running at once.
 
-The tool ends and the delay line of every trial run under SCHED_FIFO (README "Emulation
+The tool ends and the delay line of every trial run under SCHED_FIFO (docs/emulation.md "Emulation
 health"). This reads trials already on disk (one or more raw trees, e.g. a sweep's
 results/raw) and prints
 

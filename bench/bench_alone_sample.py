@@ -7,7 +7,7 @@ companion), draws a seeded sample of its trials (repetition ``--repetition``, pr
 reference raw tree), runs each one alone (one `latency-divide trial` at a time, nothing else of
 ours running) into ``--out`` (reused: trials already there are not run again), and prints, per
 config and variant, the published value beside the alone one, |Δ norm_tput| and |Δ self-delay|
-with the per-trial bounds of README "Emulation health" (0.03; max(1 ms, 20 %)), the share beyond
+with the per-trial bounds of docs/emulation.md "Emulation health" (0.03; max(1 ms, 20 %)), the share beyond
 them, p95 and max. Needs root. Example (12 trials per config, about 15 min each):
 
     .venv/bin/dvc pull

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Do 30 s trials measure what 60 s trials do? (issue 24, section 2: a population run may use
-shorter trials only if a subset of 40 agrees within the README's per-trial fidelity bounds.)
+shorter trials only if a subset of 40 agrees within the per-trial fidelity bounds of docs/emulation.md.)
 
 A seeded subset of a population config's drawn households (default 10: 5 with Cubic and Copa
 δ 0.04, 5 with BBR and Copa δ 0.5, both directions: 40 trials per duration) is swept through
@@ -8,7 +8,7 @@ the real workflow (`snakemake --cores 1 trials`, the profile's admission, shuffl
 per duration, with the population's definitions otherwise unchanged (window, qfactor,
 intervals, tool: the longest duration's definition ids are the population run's). Per trial it
 compares each shorter duration with the longest: |Δ norm_tput| against 0.03, |Δ self-delay| against
-max(1 ms, 20 %) (README "Emulation health", trial.health.beyond_fidelity), and the relative
+max(1 ms, 20 %) (docs/emulation.md "Emulation health", trial.health.beyond_fidelity), and the relative
 change of the population metrics (transport RTT, ping RTT under load, goodput). Prints the
 share beyond the bounds, p95 and max, and every trial beyond. Needs root. Example (about 9 min):
 

@@ -40,7 +40,7 @@ from latency_divide.trial.health import (FIDELITY_NT, FIDELITY_SD_ABS_MS, FIDELI
                                          beyond_fidelity)
 
 DEFAULT_HOUSEHOLDS = [1290, 12491, 13133, 12334, 9960, 28928, 615016, 615520, 12512, 27337]
-#: Per-trial bounds (README "Emulation health", issue 22): |Δ norm_tput|, and |Δ self-delay|
+#: Per-trial bounds (docs/emulation.md "Emulation health", issue 22): |Δ norm_tput|, and |Δ self-delay|
 #: beyond max(SD_ABS_MS, SD_REL x alone)
 NT_BOUND, SD_ABS_MS, SD_REL = FIDELITY_NT, FIDELITY_SD_ABS_MS, FIDELITY_SD_REL
 #: Share of trials allowed beyond the bounds

@@ -6,7 +6,7 @@ stack and the tool), with the server's qlog on. Printed per run: goodput, and fr
 (mvfst's default estimate), the peer's ack delay in it, and the rate Copa aims at, 1 / (δ d)
 packets/s, with and without the ack delay.
 
-tperf is mvfst's; build it from mvfst's own sources (README, "mvfst's tperf"); nothing here
+tperf is mvfst's; build it from mvfst's own sources (docs/tools.md, "mvfst's tperf"); nothing here
 builds it. Give binaries as NAME=PATH (a diagnostic build of your own, say one whose client
 acks every packet, can be compared with the stock one). Flags: today's defaults, or --flags
 2021 for the 2021 emulation (config/mvfst.yaml's tool.args).

@@ -7,7 +7,7 @@ For every trial measured more than once (same definition id, household, directio
 variant; repetitions of one run, or of several raw roots such as the published reference and
 config/paper-rerun.yaml's repetition 2), its repetitions are compared pair by pair:
 
-* beyond the per-trial fidelity bounds (README "Emulation health": |Δ norm_tput| > 0.03 or
+* beyond the per-trial fidelity bounds (docs/emulation.md "Emulation health": |Δ norm_tput| > 0.03 or
   |Δ self-delay| > max(1 ms, 20 %)), and
 * a loss-regime flip: the sender's loss rates (sender_loss_pct: packets declared lost per
   packet sent) of two repetitions differ by more than 15 points and by a factor of 1.5.

@@ -63,7 +63,7 @@ def main() -> int:
         print(f"  {k.household} {k.direction} {k.variant}: {new[k]['norm_tput']:.3f} vs "
               f"{ref[k]['norm_tput']:.3f} ({new[k]['health'].get('verdict', 'unknown')})")
     beyond = [k for k in keys if beyond_fidelity(new[k], ref[k])[2]]
-    print(f"beyond the per-trial bounds (README \"Emulation health\"): {len(beyond)} of "
+    print(f"beyond the per-trial bounds (docs/emulation.md \"Emulation health\"): {len(beyond)} of "
           f"{len(keys)}")
     print("\nper variant: |Δ norm_tput| median / p95 / max; |Δ self-delay| ms median / p95 / max")
     for v in sorted({k.variant for k in keys}):

@@ -64,7 +64,7 @@ onstart:
     slurm_preflight(workflow, CFG.tool.binary())
 
 
-# The run's end: did the emulation hold for every trial it measured (README "Emulation health")
+# The run's end: did the emulation hold for every trial it measured (docs/emulation.md "Emulation health")
 onsuccess:
     for line in health_report(trial_targets(), RUN_START):
         print(line, file=sys.stderr)

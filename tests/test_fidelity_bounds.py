@@ -1,4 +1,4 @@
-"""The per-trial fidelity bounds (README "Emulation health"), worked by hand: 0.03 in
+"""The per-trial fidelity bounds (docs/emulation.md "Emulation health"), worked by hand: 0.03 in
 normalized throughput, max(1 ms, 20 % of the reference) in self-induced delay."""
 
 from __future__ import annotations

@@ -315,7 +315,7 @@ def test_parallel_collect_gives_the_same_tables(tmp_path):
 @pytest.mark.parametrize("mbit, cores, beyond", [(300, 2, True), (300, 4, False),
                                                  (108, 2, False), (300, None, False)])
 def test_a_trial_beyond_the_host_it_ran_on_is_named(tmp_path, mbit, cores, beyond):
-    """README "Links beyond the host": from the trial's records (capacity, RTT, tool, window,
+    """docs/emulation.md "Links beyond the host": from the trial's records (capacity, RTT, tool, window,
     and the host's cores in setup.json) the analysis names a link the host could not emulate
     even alone; a host with the cores for it, a slower link, or no record of the host: None."""
     from latency_divide.analysis.metrics import beyond_host_of

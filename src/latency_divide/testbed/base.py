@@ -46,7 +46,8 @@ TPERF_HELP = (
     "mvfst's tperf is not packaged anywhere: build it from mvfst's public sources with tests on "
     "(https://github.com/facebook/mvfst, README, 'Building mvfst'; the target is "
     "quic/tools/tperf), put it on PATH or give its path as tool.path in the config or "
-    "--tool-path. README, \"mvfst's tperf\", has the flags that make it behave like the 2021 one."
+    "--tool-path. docs/tools.md, \"mvfst's tperf\", has the flags that make it behave like "
+    "the 2021 one."
 )
 
 

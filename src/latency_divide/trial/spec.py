@@ -59,7 +59,7 @@ class TrialSpec:
     config_hash: str | None = None
     concurrency_hint: int | None = None
     #: SCHED_FIFO priority of the tool's two ends (0: the normal scheduler); how the host runs
-    #: them, not part of the definition (README "Emulation health")
+    #: them, not part of the definition (docs/emulation.md "Emulation health")
     tool_rt_priority: int = 5
 
     def __post_init__(self):

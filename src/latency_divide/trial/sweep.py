@@ -43,7 +43,7 @@ def alone_args(cfg, household: int, direction: str, variant: str, repetition: in
                out) -> list[str]:
     """The arguments of `latency-divide trial` (after the program) that measure one trial of
     ``cfg`` alone, with the same definition as its workflow's trial: the runs a trial is
-    judged against (README "Emulation health")."""
+    judged against (docs/emulation.md "Emulation health")."""
     v = cfg.variant(variant)
     tool = cfg.tool_for(v)
     t = cfg.trial

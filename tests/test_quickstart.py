@@ -1,0 +1,139 @@
+"""The README's quick start, as typed (issue 42).
+
+- quick tier: every snakemake command in README.md, docs/*.md and the Makefile puts its target
+  before ``--configfile``'s files (Snakemake reads every word after ``--configfile`` as a config
+  file: ``--configfile config/quick.yaml all`` stops at once with FileNotFoundError 'all');
+  ``make quick`` and ``make all`` build their DAG (their recipes, as make prints them, with
+  ``--dry-run``);
+- slow tier: ``make quick`` itself on a fresh clone of the working tree (set-up, 8 real trials,
+  tables and figures). The re-analysis of the published data as typed (``dvc pull``, then
+  ``snakemake --cores 1 all``) is tests/test_reanalysis.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from test_dvc import job_counts, run
+
+#: What may follow --configfile: config files (or a placeholder for one).
+CONFIG_WORD = re.compile(r"^(\S+\.ya?ml|FILE|CONFIG|<[^>]+>|\$\S+)$")
+#: Where a shell command written in prose ends.
+END = re.compile(r"`|\s#|&&|;|\|")
+
+
+def snakemake_commands(text: str) -> list[str]:
+    """Every snakemake command line in a Markdown text or a Makefile: from ``snakemake`` (or
+    ``$(SNAKEMAKE)``) to the end of the code span, comment or shell list element."""
+    out = []
+    for line in text.splitlines():
+        for m in re.finditer(r"(?:\bsnakemake\b|\$\(SNAKEMAKE\))(?![-_./])", line):
+            out.append((m.group(0) + END.split(line[m.end():], 1)[0]).strip())
+    return out
+
+
+def target_after_configfile(cmd: str) -> str | None:
+    """The first word after --configfile's files that is not an option and not a config file
+    (a target Snakemake would read as a file), or None."""
+    words = cmd.split()
+    for i, w in enumerate(words):
+        if w != "--configfile":
+            continue
+        for x in words[i + 1:]:
+            if x.startswith("-"):
+                break
+            if not CONFIG_WORD.match(x.rstrip(",:)")):
+                return x
+    return None
+
+
+def test_the_checker_finds_a_target_after_configfile():
+    """The check below can fail: the README's former `make quick` and its prose form."""
+    bad = ("quick: setup\n\t$(SNAKEMAKE) --cores $(CORES) --configfile config/quick.yaml all\n"
+           "Use another config with `snakemake --configfile config/quick.yaml ...` (`make quick`)")
+    assert [target_after_configfile(c) for c in snakemake_commands(bad)] == ["all", "..."]
+    good = ("    .venv/bin/snakemake --cores 1 all --configfile config/quick.yaml   # a comment\n"
+            "`snakemake trials --cores 1 --configfile config/paper-rerun.yaml` on a fresh machine\n"
+            "(`snakemake --cores 1 trials --configfile config/fast-links-checked.yaml`,")
+    cmds = snakemake_commands(good)
+    assert len(cmds) == 3 and not any(target_after_configfile(c) for c in cmds), cmds
+
+
+def test_no_documented_snakemake_command_puts_a_target_after_configfile():
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]
+    found, bad = 0, []
+    for f in files:
+        text = f.read_text()
+        if f.name == "Makefile":  # its recipes, not its comments
+            text = "\n".join(line for line in text.splitlines() if line.startswith("\t"))
+        for cmd in snakemake_commands(text):
+            found += "--configfile" in cmd
+            word = target_after_configfile(cmd)
+            if word is not None:
+                bad.append(f"{f.relative_to(ROOT)}: {word!r} after --configfile in: {cmd}")
+    assert not bad, "\n".join(bad)
+    assert found >= 5  # the README's, the Makefile's, docs/config.md's, the companions'
+
+
+def _recipe(target: str) -> list[str]:
+    """The snakemake command of a make target, as make prints it (`make -n`)."""
+    out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    lines = [line for line in out.splitlines() if "snakemake" in line]
+    assert len(lines) == 1, out
+    return shlex.split(lines[0])
+
+
+@pytest.mark.parametrize("target, trials", [("quick", 8), ("all", None)])
+def test_make_quick_and_make_all_build_their_dag(target, trials, tmp_path):
+    """Their recipes as make prints them, with --dry-run: the DAG builds (no word read as a
+    config file), and `make quick` schedules its 8 trials in a directory with no results."""
+    argv = _recipe(target)
+    assert argv[0] == ".venv/bin/snakemake" and "all" in argv
+    cwd = ROOT
+    if trials is not None:  # a checkout without results: every trial is scheduled
+        cwd = tmp_path / "wf"
+        cwd.mkdir()
+        for item in ("Snakefile", "rules", "workflow", "config", "envs", "resources", "profiles"):
+            (cwd / item).symlink_to(ROOT / item)
+        (cwd / ".venv").symlink_to(ROOT / ".venv")
+    res = subprocess.run([*argv, "--dry-run"], cwd=cwd, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    if trials is not None:
+        assert job_counts(res.stdout).get("trial") == trials, res.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_make_quick_as_typed_on_a_fresh_clone(tmp_path):
+    """`make quick` on a fresh clone of the working tree (.venv linked in, as set-up would
+    make it; set-up builds the Rust tools): 8 real trials of 20 s, every health verdict
+    passing, then the tables and the paper's figure."""
+    import pyarrow.parquet as pq
+    from test_dvc import _env
+    from test_reanalysis import fresh_clone
+
+    env = _env(tmp_path)
+    clone = fresh_clone(tmp_path, env)
+    t0 = time.monotonic()
+    res = run(["make", "quick"], clone, env, timeout=1800)
+    took = time.monotonic() - t0
+    cfg = yaml.safe_load((ROOT / "config" / "quick.yaml").read_text())
+    trials = pq.read_table(clone / "results" / "tables" / "trials.parquet").to_pylist()
+    assert len(trials) == 8, res.stdout[-2000:]
+    assert {t["household_id"] for t in trials} == {i for b in cfg["households"]["buckets"]
+                                                   for i in b["ids"]}
+    assert {t["health_verdict"] for t in trials} == {"pass"}
+    assert all(t["norm_tput"] > 0.5 for t in trials), [(t["trial_path"], t["norm_tput"])
+                                                       for t in trials]
+    for name in ("delay_tput.pdf", "delay_tput.png", "delay_tput.provenance.json"):
+        assert (clone / "results" / "figures" / name).stat().st_size > 0
+    print(f"make quick on a fresh clone: {took:.0f} s (set-up included)")
