@@ -82,6 +82,14 @@ pub struct Opts {
     #[arg(long, value_name = "US", env = "DELAYLINE_EARLY_US", value_parser = parse_window_us)]
     pub early_us: Option<Duration>,
 
+    /// Frames one wake-up should release (0..=64, default 4): the window in force is the
+    /// time this many frames take at the rate the line forwards, at most --window-us, so a
+    /// fast line wakes often enough that no batch holds the others back; 0 = always
+    /// --window-us. Also read from DELAYLINE_FRAMES_PER_WAKE.
+    #[arg(long, value_name = "N", default_value_t = 4, env = "DELAYLINE_FRAMES_PER_WAKE",
+          value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub frames_per_wake: u32,
+
     /// SCHED_FIFO priority of the bridge threads (1..=99), so other busy processes on the
     /// host do not delay releases; 0 keeps the normal scheduler. If the kernel refuses,
     /// delayline warns and runs with the normal scheduler.

@@ -126,6 +126,7 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
     let schedule = Schedule {
         window: opts.window_us,
         early: opts.early(),
+        frames_per_wake: opts.frames_per_wake,
         spin: opts.spin_us,
     };
     let mut engine = Engine {
@@ -166,7 +167,7 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         })
         .context("spawning the bridge thread")?;
     eprintln!(
-        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={} engine=batched window_us={} early_us={}",
+        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={} engine=batched window_us={} early_us={} frames_per_wake={}",
         a.name,
         b.name,
         ms(delay_ab),
@@ -176,7 +177,8 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         opts.rt_priority,
         rx_timestamps,
         schedule.window.as_micros(),
-        schedule.early.as_micros()
+        schedule.early.as_micros(),
+        schedule.frames_per_wake
     );
 
     let mut signal = None;
@@ -210,6 +212,7 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         engine: "batched",
         window_us: schedule.window.as_micros() as u64,
         early_us: schedule.early.as_micros() as u64,
+        frames_per_wake: schedule.frames_per_wake,
         version: env!("CARGO_PKG_VERSION"),
         wakes: engine.wakes.into(),
         a_to_b: dir_report(ab, &a, &b, delay_ab),

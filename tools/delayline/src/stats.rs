@@ -196,7 +196,7 @@ impl DirReport {
 }
 
 /// The engine's wake-ups and system calls (JSON `wakes`).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
 pub struct WakeReport {
     /// Times the bridge thread woke while frames were queued or arriving.
     pub wakeups: u64,
@@ -206,6 +206,8 @@ pub struct WakeReport {
     pub release_wakeups: u64,
     pub recv_calls: u64,
     pub send_calls: u64,
+    /// Mean window in force at the wake-ups that released frames, µs.
+    pub window_mean_us: f64,
 }
 
 impl From<crate::engine::WakeCounters> for WakeReport {
@@ -216,6 +218,11 @@ impl From<crate::engine::WakeCounters> for WakeReport {
             release_wakeups: w.release_wakeups,
             recv_calls: w.recv_calls,
             send_calls: w.send_calls,
+            window_mean_us: if w.release_wakeups == 0 {
+                0.0
+            } else {
+                w.window_sum_ns as f64 / w.release_wakeups as f64 / 1000.0
+            },
         }
     }
 }
@@ -231,8 +238,10 @@ pub struct Report {
     pub engine: &'static str,
     /// Least time between two wake-ups that release frames, µs.
     pub window_us: u64,
-    /// How early a frame may leave beside a due frame, µs.
+    /// How early a frame may leave beside a due frame, µs (at the largest window).
     pub early_us: u64,
+    /// Frames a wake-up should release (the window follows the rate; 0 = fixed window).
+    pub frames_per_wake: u32,
     /// delayline's version.
     pub version: &'static str,
     pub wakes: WakeReport,
@@ -286,7 +295,7 @@ impl Report {
             opt_us(self.b_to_a.release_lateness.p99_us),
             opt_us(self.b_to_a.release_lateness.max_us)
         ) + &format!(
-            " engine={} window_us={} early_us={} wakeups={} wakeups_arrival={} recv_calls={} send_calls={} early_ab_p99_us={} early_ab_max_us={} early_ba_p99_us={} early_ba_max_us={} version={}",
+            " engine={} window_us={} early_us={} wakeups={} wakeups_arrival={} recv_calls={} send_calls={} early_ab_p99_us={} early_ab_max_us={} early_ba_p99_us={} early_ba_max_us={} version={} frames_per_wake={} window_mean_us={:.1}",
             self.engine,
             self.window_us,
             self.early_us,
@@ -298,7 +307,9 @@ impl Report {
             opt_us(self.a_to_b.release_earliness.max_us),
             opt_us(self.b_to_a.release_earliness.p99_us),
             opt_us(self.b_to_a.release_earliness.max_us),
-            self.version
+            self.version,
+            self.frames_per_wake,
+            self.wakes.window_mean_us
         )
     }
 }
@@ -402,6 +413,7 @@ mod tests {
             engine: "batched",
             window_us: 200,
             early_us: 100,
+            frames_per_wake: 4,
             version: "0.2.0",
             wakes: WakeReport {
                 wakeups: 7,
@@ -409,6 +421,7 @@ mod tests {
                 release_wakeups: 6,
                 recv_calls: 9,
                 send_calls: 6,
+                window_mean_us: 150.0,
             },
             a_to_b: a,
             b_to_a: b,
@@ -430,7 +443,8 @@ mod tests {
              late_ab_p99_us=na late_ab_max_us=na late_ba_p50_us=na late_ba_p99_us=na \
              late_ba_max_us=na engine=batched window_us=200 early_us=100 wakeups=7 \
              wakeups_arrival=1 recv_calls=9 send_calls=6 early_ab_p99_us=na early_ab_max_us=na \
-             early_ba_p99_us=na early_ba_max_us=na version=0.2.0"
+             early_ba_p99_us=na early_ba_max_us=na version=0.2.0 frames_per_wake=4 \
+             window_mean_us=150.0"
         );
         let dir = std::env::temp_dir().join(format!("delayline-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
