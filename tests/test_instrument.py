@@ -11,13 +11,14 @@ from latency_divide.trial import instrument
 # The delay line 0.2's lines, as a 20 s trial of 27337's downlink logged them.
 V2_LOG = """\
 delayline ready a=ld-dg b=ld-dc delay_ab_ms=8.6315 delay_ba_ms=8.6315 limit=50000 spin_us=0 \
-rt_priority=10 rx_timestamps=kernel engine=batched window_us=250 early_us=125
+rt_priority=10 rx_timestamps=kernel engine=batched window_us=250 early_us=125 frames_per_wake=4
 delayline stats a->b frames=113659 bytes=141008396 drops=0 b->a frames=43967 bytes=3417680 drops=0
 delayline usage cpu_s=2.661 user_s=0.282 sys_s=2.379 wall_s=23.414 rx_timestamps=kernel \
 rx_ts_kernel=157626 rx_ts_user=0 late_ab_p50_us=70.0 late_ab_p99_us=210.0 late_ab_max_us=2122.3 \
 late_ba_p50_us=70.0 late_ba_p99_us=210.0 late_ba_max_us=2300.0 engine=batched window_us=250 \
 early_us=125 wakeups=69411 wakeups_arrival=37 recv_calls=138854 send_calls=112122 \
-early_ab_p99_us=125.0 early_ab_max_us=125.0 early_ba_p99_us=119.9 early_ba_max_us=119.9 version=0.2.0
+early_ab_p99_us=125.0 early_ab_max_us=125.0 early_ba_p99_us=119.9 early_ba_max_us=119.9 version=0.2.0 \
+frames_per_wake=4 window_mean_us=231.5
 """
 # The delay line 0.1's (a published trial's) lines: no engine, no version.
 V1_LOG = """\
@@ -36,6 +37,7 @@ def test_batched_delay_line_is_the_current_generation():
     assert rec["generation"] == instrument.CURRENT == "v2"
     assert dl["engine"] == "batched" and dl["version"] == "0.2.0"
     assert dl["window_us"] == 250 and dl["early_us"] == 125
+    assert dl["frames_per_wake"] == 4 and dl["window_mean_us"] == 231.5
     assert dl["frames"] == 113659 + 43967 and dl["wakeups"] == 69411
     assert dl["wakeups_per_frame"] == round(69411 / 157626, 4)
     assert dl["cpu_us_per_frame"] == round(2.661e6 / 157626, 2)
@@ -47,6 +49,7 @@ def test_the_two_thread_delay_line_is_legacy():
     assert rec["generation"] == "v1"
     assert rec["delay"]["delayline"]["engine"] == "threads"
     assert rec["delay"]["delayline"]["wakeups"] is None
+    assert rec["delay"]["delayline"]["frames_per_wake"] is None
     # netem has no user-space delay line: the current generation, no delay-line record
     rec = instrument.instrument("netem", "", "tperf", None, "", "")
     assert rec["generation"] == "v2" and "delayline" not in rec["delay"]

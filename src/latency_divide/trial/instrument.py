@@ -64,6 +64,8 @@ def delayline_facts(log_text: str) -> dict[str, Any] | None:
         "engine": r.get("engine", "threads"),
         "window_us": _num(r.get("window_us")),
         "early_us": _num(r.get("early_us")),
+        "frames_per_wake": _num(r.get("frames_per_wake")),
+        "window_mean_us": _num(u.get("window_mean_us")),
         "spin_us": _num(r.get("spin_us")),
         "rt_priority": _num(r.get("rt_priority")),
         "rx_timestamps": r.get("rx_timestamps"),
