@@ -134,7 +134,7 @@ def self_delay_plot(ping_ts: pd.DataFrame, trials: pd.DataFrame):
     """Box plots of the per-ping self-induced delay, one per variant, faceted direction x price
     bucket. Drawn from :func:`box_stats` as a few vectorised layers (boxes, whiskers, medians,
     outliers): the picture of geom_boxplot, whose per-box drawing was most of this figure's time
-    (docs/data.md "Re-analysis time")."""
+    (README "Re-analysis time")."""
     from plotnine import (
         aes,
         element_text,

@@ -109,7 +109,7 @@ def beyond_host_of(trial: Trial) -> str | None:
     """Why the host a trial ran on could not emulate its link even alone, from the trial's own
     records (ops.admission.beyond_cores: its capacity, RTT, tool and window, and the host's
     cores in setup.json), or None. Such a trial's timing checks can pass while the host, not
-    the link, limits it (docs/emulation.md "Links beyond the host"). Trials whose link fits a one-core
+    the link, limits it (README "Links beyond the host"). Trials whose link fits a one-core
     host are not read further; trials without setup.json (before format 4) are not judged.
     A trial is judged by the cost model of the instrument that measured it (meta.json
     ``instrument``; ``v1`` for trials published before it was recorded), so a trial that was

@@ -4,7 +4,7 @@
 colour, fill, alpha and shape (a box plot's outliers: 45,000 in the population's
 ``self_delay``). plotnine hands matplotlib one size, line width and colour per point, and
 matplotlib then builds a dash pattern and a colour per point, in Python, at every draw: about
-two thirds of that figure's time (docs/data.md "Re-analysis time"). Here plotnine styles one point,
+two thirds of that figure's time (README "Re-analysis time"). Here plotnine styles one point,
 and the collection it made is given every point's position: the same points in the same style
 (tests/test_figures.py compares the collection with geom_point's). matplotlib draws a
 collection of one style as markers, each at a whole pixel, as it draws any one-colour scatter

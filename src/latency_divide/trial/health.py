@@ -5,7 +5,7 @@ contended host the tool ends wait for a CPU, their ACKs leave late, the RTT samp
 wait, and a delay-based sender (Copa, whose target queue at δ = 0.8 is 1.25 packets) backs
 off from a link that is free; the delay line may release frames late; the queue sampler may
 miss samples. None of this shows in the trial's own results, so each trial records, over its
-transfer (docs/emulation.md "Emulation health"):
+transfer (README "Emulation health"):
 
 - ``tool_wait_ms_per_s``: the run-queue wait of the traffic tool's two ends (sender +
   receiver), ms per s of transfer (testbed.schedwatch), and its worst sample interval;
@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 #: Bounds of the verdict: name -> ("max" or "min", the bound, what it bounds).
-#: Calibrated by bench/bench_fidelity_tail.py (docs/emulation.md "Emulation health").
+#: Calibrated by bench/bench_fidelity_tail.py (README "Emulation health").
 BOUNDS: dict[str, tuple[str, float, str]] = {
     "tool_wait_per_slice_us": ("max", 150.0, "the tool ends' mean run-queue wait per wake-up, "
                                "µs"),
@@ -43,7 +43,7 @@ BOUNDS: dict[str, tuple[str, float, str]] = {
 _LATE = re.compile(r"\blate_(ab|ba)_(p50|p99|max)_us=([0-9.]+|na)\b")
 
 
-#: Per-trial fidelity (docs/emulation.md "Emulation health", issue 22): a trial against the same trial
+#: Per-trial fidelity (README "Emulation health", issue 22): a trial against the same trial
 #: measured alone (or elsewhere) may differ by at most this in normalized throughput, and in
 #: self-induced delay by at most max(FIDELITY_SD_ABS_MS, FIDELITY_SD_REL x the reference's).
 FIDELITY_NT = 0.03
@@ -164,7 +164,7 @@ def verdict(numbers: dict) -> dict:
 
 
 def bounds_table() -> str:
-    """The bounds as a Markdown table (docs/emulation.md "Emulation health")."""
+    """The bounds as a Markdown table (README "Emulation health")."""
     rows = ["| number | bound | what |", "|---|---|---|"]
     for name, (kind, bound, what) in BOUNDS.items():
         rows.append(f"| `{name}` | {'<=' if kind == 'max' else '>='} {bound:g} | {what} |")

@@ -5,10 +5,9 @@ A trial directory is ``<raw root>/<definition id>/<household>/<direction>/<varia
 complete: it is built in a temporary directory beside its final place (``.ld-tmp-rep<r>-<owner
 pid>-<random>``, removed by `latency-divide clean` once its owner is gone) and renamed.
 
-Files of a trial directory (docs/data.md, "Raw data, one directory per trial"): ``meta.json``
-(written last), the traffic tool's logs, the ping log, the queue samples, the delay line's log.
-Since format 4 every file but meta.json is packed into one archive, ``logs.tar.xz``, with the
-set-up records as
+Files of a trial directory (README, "Raw data"): ``meta.json`` (written last), the traffic
+tool's logs, the ping log, the queue samples, the delay line's log. Since format 4 every file but
+meta.json is packed into one archive, ``logs.tar.xz``, with the set-up records as
 ``setup.json`` (SETUP_KEYS): a trial is two files, about three 4 KiB blocks on disk instead of
 ten. Formats 1-3 keep the files
 side by side, the large logs gzip-compressed. trial.rawio reads every form. Each definition
