@@ -69,3 +69,20 @@ def test_published_trials_without_a_record_are_legacy():
     with pytest.raises(ValueError, match="'v9' is not one of v1, v2"):
         instrument.generation_of({"instrument": {"generation": "v9"}})
     assert instrument.generation_of({"instrument": None}) == "v1"
+
+
+def test_meta_keeps_a_compact_record():
+    doc = {"batching": {"send": {"mode": "gso", "syscalls": 9},
+                        "recv": {"mode": "recvmmsg"}}}
+    rec = instrument.instrument("delayline", V2_LOG, "tquic-perf", "tquic-perf 0.2.0",
+                                json.dumps(doc), "")
+    c = instrument.compact(rec)
+    assert c == {"generation": "v2",
+                 "delay": {"mechanism": "delayline",
+                           "delayline": {"version": "0.2.0", "engine": "batched",
+                                         "window_us": 250, "frames_per_wake": 4,
+                                         "wakeups_per_frame": round(69411 / 157626, 4)}},
+                 "tool": {"name": "tquic-perf", "version": "tquic-perf 0.2.0",
+                          "sender": {"send": "gso", "recv": "recvmmsg"}, "receiver": None}}
+    assert instrument.generation_of({"instrument": c}) == "v2"
+    assert len(json.dumps(c)) < 600

@@ -158,6 +158,20 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
     assert {"htb", "bfifo"} <= gw_kinds
     assert parse_tool_log(read_text(d, "receiver.log")).complete
+    # the instrument that measured it (trial.instrument): delay line 0.2's release windows,
+    # tquic-perf's batching, generation v2 (the admission's cost model of its own)
+    inst, detail = meta["instrument"], meta["instrument_detail"]
+    if meta["delay_mechanism"] == "delayline":
+        dl = detail["delay"]["delayline"]
+        assert dl["engine"] == "batched" and dl["frames_per_wake"] >= 0 and dl["frames"] > 0
+        assert 0 < dl["wakeups_per_frame"] <= 1.5, dl
+        assert inst["delay"]["delayline"]["engine"] == "batched"
+    assert inst["generation"] == "v2"
+    assert detail["tool"]["sender_batching"]["send"]["mode"], detail["tool"]
+    assert inst["tool"]["sender"]["send"] == detail["tool"]["sender_batching"]["send"]["mode"]
+    # a slow link's processes run on one core, the record of it gone afterwards
+    assert meta["placement"]["cpu"] in os.sched_getaffinity(0), meta["placement"]
+    assert not list((Path("/run/latency-divide") / "cpus").glob(f"{os.getpid()}.json"))
     # nothing but the final directory in the parent: the temporary one was renamed
     assert [p.name for p in d.parent.iterdir()] == ["rep1"]
 

@@ -9,7 +9,7 @@ A trial (trial.run) sees a testbed through two protocols, written once here:
   (netem or delayline), ``delayline`` (its binary, as the delay node runs it), ``offloads``
   (what is done to them), and the testbed's own facts. ``open(spec, plan, log_dir, found)``
   returns a :class:`Slice`; ``close()`` lets go of connections. A trial asks a testbed what
-  it can do (``keeps_qlog``) and branches on no ``kind`` (which only names the definition).
+  it can do (``keeps_qlog``, ``runs_here``) and branches on no ``kind`` (which only names the definition).
 - :class:`Slice`: the four nodes of one trial, set up and shaped by the link plan while the
   context manager is open and restored in ``__exit__`` (also after a failure, whose error is
   kept). It runs commands on a node (``runner(role)``), starts and stops processes by PID
@@ -89,6 +89,9 @@ class Testbed(Protocol):
     #: what it can do: the sender's qlog (tperf's, hundreds of MB at a fast link) is written
     #: where the trial directory is and summarised there
     keeps_qlog: bool
+    #: its processes run on this host, so the trial job can place them on one core
+    #: (testbed.placement)
+    runs_here: bool
 
     def check(self, spec) -> dict: ...
 

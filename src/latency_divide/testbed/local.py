@@ -66,6 +66,8 @@ class LocalTestbed:
     kind = "local"
     #: the sender runs on this host: its qlog is written into the trial directory
     keeps_qlog = True
+    #: the trial's processes run here: the job places them (testbed.placement)
+    runs_here = True
 
     def check(self, spec) -> dict:
         """Fail before anything starts; return what was found (for meta.json)."""

@@ -112,6 +112,30 @@ def instrument(mechanism: str, delayline_log: str, tool_name: str, tool_version:
     return rec
 
 
+def compact(rec: dict[str, Any]) -> dict[str, Any]:
+    """What meta.json keeps of an :func:`instrument` record (it must stay in one 4 KiB block):
+    the generation, the delay line's version, engine and window, the tool's name and version
+    and its ends' effective send/receive modes. The whole record goes to setup.json
+    (``instrument_detail``)."""
+    dl = rec["delay"].get("delayline")
+    out: dict[str, Any] = {"generation": rec["generation"],
+                           "delay": {"mechanism": rec["delay"]["mechanism"]}}
+    if dl:
+        out["delay"]["delayline"] = {k: dl.get(k) for k in (
+            "version", "engine", "window_us", "frames_per_wake", "wakeups_per_frame")}
+    tool = rec["tool"]
+
+    def modes(b):
+        if not isinstance(b, dict):
+            return None
+        return {d: (b.get(d) or {}).get("mode") for d in ("send", "recv")}
+
+    out["tool"] = {"name": tool["name"], "version": tool["version"],
+                   "sender": modes(tool.get("sender_batching")),
+                   "receiver": modes(tool.get("receiver_batching"))}
+    return out
+
+
 def generation_of(meta: dict) -> str:
     """The generation of the instrument that measured a trial (meta.json), ``v1`` for trials
     that recorded none; a generation this code does not know is an error (a trial measured by

@@ -55,7 +55,8 @@ ARCHIVE = "logs.tar.xz"
 #: dumps before and after the transfer, under the keys meta.json had for them in formats 1-3
 #: (trial.rawio.full_meta merges them back).
 SETUP_JSON = "setup.json"
-SETUP_KEYS = ("linkplan", "testbed", "offloads", "host", "sched", "qdisc_before", "qdisc_after")
+SETUP_KEYS = ("linkplan", "testbed", "offloads", "host", "sched", "qdisc_before", "qdisc_after",
+              "instrument_detail")
 
 #: A trial's temporary directory while it runs: ``.ld-tmp-rep<r>-<owner pid>-<random>``.
 TMP_PREFIX = f".{PREFIX}tmp-"

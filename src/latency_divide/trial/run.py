@@ -38,7 +38,9 @@ from latency_divide.testbed.runners import Runner, pid_alive
 from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
 from latency_divide.trial import definition
 from latency_divide.trial.health import health
-from latency_divide.trial.instrument import instrument
+from latency_divide.ops import admission
+from latency_divide.testbed.placement import placed
+from latency_divide.trial.instrument import compact, instrument
 from latency_divide.trial.layout import (
     ARCHIVE,
     DELAYLINE_LOG,
@@ -128,7 +130,10 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     tmp = Path(tempfile.mkdtemp(prefix=tmp_dir_prefix(spec.repetition, os.getpid()),
                                 dir=final.parent))
     try:
-        meta = _run_in(spec, tmp, found, attempt, testbed)
+        # a slow trial's processes on one core: wake-ups stay local (testbed.placement)
+        with placed(_expected_rt_cores(spec, found, testbed), testbed.runs_here) as where:
+            meta = _run_in(spec, tmp, found, attempt, testbed)
+        meta["placement"] = where
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
             raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
                                  + "; ".join(meta["health"]["reasons"]))
@@ -145,6 +150,13 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _expected_rt_cores(spec: TrialSpec, found: dict, testbed) -> float:
+    """The trial's expected real-time cores by the current cost model (ops.admission)."""
+    plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
+    return admission.rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
+                              spec.tool.window_bytes, spec.tool.name, testbed.kind)
 
 
 def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
@@ -284,7 +296,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "delayline_exit_code": delayline_rc,
         # the delay line's design and settings and the tool's batching (trial.instrument):
         # what a published trial is judged by, never today's instrument
-        "instrument": measured_by,
+        "instrument": compact(measured_by),
+        "instrument_detail": measured_by,
         "tool": {"name": spec.tool.name, "path": binary,
                  "sha256": found["binary_sha256"], "version": found["tool_version"],
                  "window_bytes": spec.tool.window_bytes, "args": list(spec.tool.args),

@@ -65,6 +65,8 @@ class SshTestbed:
     kind = "ssh"
     #: a fast link's qlog is hundreds of MB on the remote node, fetched over SSH: not kept
     keeps_qlog = False
+    #: the tools run on the remote nodes: nothing of the trial to place here
+    runs_here = False
 
     def __init__(self, inventory: Inventory | str | Path, slice_name: str | None = None):
         self.inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)

@@ -1,0 +1,103 @@
+"""Which CPU a slow trial runs on: all of its processes on one core.
+
+On the virtual machines this runs on, waking a process on the other core costs an
+inter-processor interrupt, and a slow link's frames arrive one at a time: every frame the delay
+line releases wakes a tool end, and every ACK wakes the sender. With the trial's processes on
+one core those wake-ups stay local, and the delay line (SCHED_FIFO 10, above the tool ends' 5)
+finishes its batch before the tool end runs. Measured (bench/bench_instrument_cost.py, a
+5 Mbit/s link, 60 s trial, 2026-11-27): 2.75 CPU s for the whole trial on one core against
+3.74 s free to migrate; the receiver 0.55 against 0.99 s, the delay line 0.89 against 1.30 s.
+
+A fast trial needs more than a core can give (its real-time work, ops.admission.rt_cores),
+so only trials expected to take at most :data:`PIN_MAX_RT_CORES` are placed; the others float.
+A placed trial takes the core of its allowed set that the live placed trials load least, by
+their expected real-time cores, recorded in ``STATE_DIR/cpus/<pid>.json`` while the trial
+runs (a record whose process is gone is ignored and removed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from latency_divide.fsio import write_json_atomic
+from latency_divide.testbed import netns
+
+#: Trials expected to need at most this many real-time cores are placed on one core
+#: (about 50 Mbit/s carried by tquic-perf under the v2 cost model).
+PIN_MAX_RT_CORES = 0.25
+
+
+def _records() -> Path:
+    return netns.STATE_DIR / "cpus"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def load_by_cpu(cpus: set[int]) -> dict[int, float]:
+    """Expected real-time cores of the live placed trials on each of ``cpus``."""
+    load = {c: 0.0 for c in cpus}
+    d = _records()
+    if not d.is_dir():
+        return load
+    for f in d.glob("*.json"):
+        try:
+            rec = json.loads(f.read_text())
+            pid, cpu, cores = int(rec["pid"]), int(rec["cpu"]), float(rec["rt_cores"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _alive(pid):
+            f.unlink(missing_ok=True)
+            continue
+        if cpu in load:
+            load[cpu] += cores
+    return load
+
+
+def choose(rt_cores: float, allowed: set[int] | None = None) -> tuple[int | None, str]:
+    """(the core to run on, why) for a trial expected to take ``rt_cores``; None where it
+    floats."""
+    allowed = set(allowed if allowed is not None else os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None, "one core allowed: nothing to choose"
+    if rt_cores > PIN_MAX_RT_CORES:
+        return None, (f"expected real-time cores {rt_cores:.2f} > {PIN_MAX_RT_CORES}: "
+                      "more than one core may be needed")
+    load = load_by_cpu(allowed)
+    cpu = min(sorted(allowed), key=lambda c: load[c])
+    return cpu, f"least loaded of {sorted(allowed)} by placed trials ({load[cpu]:.2f} cores)"
+
+
+@contextmanager
+def placed(rt_cores: float, enabled: bool = True) -> Iterator[dict]:
+    """Run the body (and every process it starts) on one core chosen by :func:`choose`, with
+    this process's record of it; yields what meta.json records (``placement``). Restores the
+    affinity and removes the record afterwards."""
+    before = os.sched_getaffinity(0)
+    if not enabled:
+        yield {"cpu": None, "why": "not a local trial"}
+        return
+    cpu, why = choose(rt_cores, before)
+    if cpu is None:
+        yield {"cpu": None, "why": why, "rt_cores": round(rt_cores, 4)}
+        return
+    rec = _records() / f"{os.getpid()}.json"
+    rec.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(rec, {"pid": os.getpid(), "cpu": cpu, "rt_cores": rt_cores})
+    try:
+        os.sched_setaffinity(0, {cpu})
+        yield {"cpu": cpu, "why": why, "rt_cores": round(rt_cores, 4)}
+    finally:
+        os.sched_setaffinity(0, before)
+        rec.unlink(missing_ok=True)

@@ -1,0 +1,62 @@
+"""testbed.placement: which core a slow trial's processes run on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from latency_divide.testbed import netns, placement
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setattr(netns, "STATE_DIR", tmp_path)
+    return tmp_path
+
+
+def _record(state, pid, cpu, cores):
+    d = state / "cpus"
+    d.mkdir(exist_ok=True)
+    (d / f"{pid}.json").write_text(json.dumps({"pid": pid, "cpu": cpu, "rt_cores": cores}))
+
+
+def test_a_slow_trial_takes_the_least_loaded_core(state):
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        _record(state, live.pid, 0, 0.2)
+        _record(state, os.getpid(), 1, 0.05)
+        assert placement.load_by_cpu({0, 1}) == {0: 0.2, 1: 0.05}
+        cpu, why = placement.choose(0.1, {0, 1})
+        assert cpu == 1 and "least loaded" in why
+    finally:
+        live.kill()
+        live.wait()
+    # the record of a process that is gone counts nothing and is removed
+    assert placement.load_by_cpu({0, 1}) == {0: 0.0, 1: 0.05}
+    assert not (state / "cpus" / f"{live.pid}.json").exists()
+
+
+def test_a_fast_trial_or_a_single_core_floats(state):
+    cpu, why = placement.choose(placement.PIN_MAX_RT_CORES + 0.01, {0, 1})
+    assert cpu is None and "more than one core" in why
+    cpu, why = placement.choose(0.01, {3})
+    assert cpu is None and "one core allowed" in why
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_placed_pins_this_process_and_its_children_then_restores(state):
+    before = os.sched_getaffinity(0)
+    with placement.placed(0.01) as where:
+        assert os.sched_getaffinity(0) == {where["cpu"]}
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == str([where["cpu"]])
+        assert (state / "cpus" / f"{os.getpid()}.json").exists()
+    assert os.sched_getaffinity(0) == before
+    assert not (state / "cpus" / f"{os.getpid()}.json").exists()
+    with placement.placed(0.01, enabled=False) as where:
+        assert where["cpu"] is None and os.sched_getaffinity(0) == before
