@@ -105,13 +105,21 @@ class Costs:
     rt_floor_by_tool: Mapping[str, float]
 
 
-#: v2 (delay line 0.2's release windows, tquic-perf's GSO and recvmmsg; issue 40): the tail
-#: of the real-time cores per Mbit/s and the mean cores per Mbit/s, fitted like v1's
-#: (bench/bench_admission_fit.py on a sweep measured with it; docs/parallel.md).
-V2_CORES_PER_MBIT = 0.0085
-V2_RT_IDLE_CORES = 0.02
-V2_RT_CORES_PER_MBIT = 0.0105
-V2_TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 1.5}
+#: v2 (delay line 0.2's release windows, tquic-perf's GSO and recvmmsg, slow trials on one
+#: core; issue 40). Measured 2026-11-27 with bench/bench_instrument_cost.py (symmetric links,
+#: RTT 20 ms, unbound Cubic; sender + receiver + delay line per second of transfer): 0.029
+#: cores at 4.7 Mbit/s on one core (0.046 free to migrate), 0.0033 cores per Mbit/s at 52
+#: Mbit/s and 0.0032 to 0.0045 at 267-280 Mbit/s (the host busy with other developers'
+#: builds); whole 60 s trials 2.3 CPU s at 1 Mbit/s and 2.75 at 5. The constants are above
+#: every one of those (the tail, as v1's): 0.025 + 0.0045 x Mbit/s real-time cores, and
+#: 0.004 cores per Mbit/s beside the fixed part for the mean.
+V2_CORES_PER_MBIT = 0.004
+V2_RT_IDLE_CORES = 0.025
+V2_RT_CORES_PER_MBIT = 0.0045
+#: mvfst's tperf is not ours and did not change: its ends cost what they did under v1
+#: (0.0105 x 1.5 per Mbit/s with the delay line, about 0.011 without it), plus v2's delay
+#: line: 2.7 times tquic-perf's v2 rate.
+V2_TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 2.7}
 
 COSTS: dict[str, Costs] = {
     "v1": Costs(CORES_PER_MBIT, RT_IDLE_CORES, RT_CORES_PER_MBIT, TOOL_FACTOR,
