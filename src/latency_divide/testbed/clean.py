@@ -1,6 +1,7 @@
 """Remove exactly our leftovers: namespaces named ``ld-<tag>-<role>`` whose owning process
 is gone (and the processes inside them, by the PIDs the kernel lists for those namespaces),
-plus stale owner records. Safe to run any number of times; never touches other names.
+plus stale owner records and placement records (testbed.placement) of trial jobs that are
+gone. Safe to run any number of times; never touches other names.
 (SSH trials: testbed.ssh.clean; abandoned temporary trial directories: trial.run.)
 """
 
@@ -93,4 +94,14 @@ def clean(force: bool = False) -> CleanReport:
                 continue  # its owner is still building it
             rec.unlink(missing_ok=True)
             rep.records_removed.append(rec.name)
+    # placement records (testbed.placement) of trial jobs that are gone
+    cpus = netns.STATE_DIR / "cpus"
+    if cpus.is_dir():
+        for rec in sorted(cpus.glob("*.json")):
+            if not rec.stem.isdigit() or not rec.is_file():
+                continue  # not one of ours
+            if pid_alive(int(rec.stem)) and not force:
+                continue
+            rec.unlink(missing_ok=True)
+            rep.records_removed.append(f"cpus/{rec.name}")
     return rep
