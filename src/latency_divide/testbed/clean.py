@@ -94,7 +94,14 @@ def clean(force: bool = False) -> CleanReport:
                 continue  # its owner is still building it
             rec.unlink(missing_ok=True)
             rep.records_removed.append(rec.name)
-    # placement records (testbed.placement) of trial jobs that are gone
+    rep.records_removed += clean_placement_records(force)
+    return rep
+
+
+def clean_placement_records(force: bool = False) -> list[str]:
+    """Remove the placement records (testbed.placement) of trial jobs that are gone (``force``:
+    of live ones too); return their names."""
+    removed = []
     cpus = netns.STATE_DIR / "cpus"
     if cpus.is_dir():
         for rec in sorted(cpus.glob("*.json")):
@@ -103,5 +110,5 @@ def clean(force: bool = False) -> CleanReport:
             if pid_alive(int(rec.stem)) and not force:
                 continue
             rec.unlink(missing_ok=True)
-            rep.records_removed.append(f"cpus/{rec.name}")
-    return rep
+            removed.append(f"cpus/{rec.name}")
+    return removed
