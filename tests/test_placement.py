@@ -77,3 +77,11 @@ def test_clean_removes_the_records_of_jobs_that_are_gone_only(state):
     assert (state / "cpus" / f"{os.getpid()}.json").exists()
     assert (state / "cpus" / "notes.json").exists()
     assert clean_placement_records() == []  # re-runnable
+
+
+def test_placement_can_be_turned_off(state, monkeypatch):
+    monkeypatch.setenv("LATENCY_DIVIDE_PLACEMENT", "off")
+    before = os.sched_getaffinity(0)
+    with placement.placed(0.01) as where:
+        assert where == {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off"}
+        assert os.sched_getaffinity(0) == before

@@ -12,7 +12,8 @@ A fast trial needs more than a core can give (its real-time work, ops.admission.
 so only trials expected to take at most :data:`PIN_MAX_RT_CORES` are placed; the others float.
 A placed trial takes the core of its allowed set that the live placed trials load least, by
 their expected real-time cores, recorded in ``STATE_DIR/cpus/<pid>.json`` while the trial
-runs (a record whose process is gone is ignored and removed).
+runs (a record whose process is gone is ignored and removed). ``LATENCY_DIVIDE_PLACEMENT=off``
+in the environment turns placement off (to compare, or on a host where one core is not enough).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def placed(rt_cores: float, enabled: bool = True) -> Iterator[dict]:
     before = os.sched_getaffinity(0)
     if not enabled:
         yield {"cpu": None, "why": "not a local trial"}
+        return
+    if os.environ.get("LATENCY_DIVIDE_PLACEMENT", "on") == "off":
+        yield {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off"}
         return
     cpu, why = choose(rt_cores, before)
     if cpu is None:
