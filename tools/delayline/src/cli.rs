@@ -14,7 +14,7 @@ pub const MAX_SPIN_US: u64 = 10_000;
 /// exceed the emulation-health bound on release lateness.
 pub const MAX_WINDOW_US: u64 = 1_000;
 /// The default release window (µs), chosen by bench/bench_delayline_window.py (README).
-pub const DEFAULT_WINDOW_US: &str = "500";
+pub const DEFAULT_WINDOW_US: &str = "200";
 
 /// Userspace delay line: bridges two interfaces with AF_PACKET sockets and holds each
 /// frame for a fixed one-way delay per direction (a netem `delay` stand-in for kernels
