@@ -26,6 +26,7 @@ from typing import Iterator
 
 from latency_divide.fsio import write_json_atomic
 from latency_divide.testbed import netns
+from latency_divide.testbed.runners import pid_alive
 
 #: Trials expected to need at most this many real-time cores are placed on one core
 #: (about 50 Mbit/s carried by tquic-perf under the v2 cost model).
@@ -34,16 +35,6 @@ PIN_MAX_RT_CORES = 0.25
 
 def _records() -> Path:
     return netns.STATE_DIR / "cpus"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def load_by_cpu(cpus: set[int]) -> dict[int, float]:
@@ -58,7 +49,7 @@ def load_by_cpu(cpus: set[int]) -> dict[int, float]:
             pid, cpu, cores = int(rec["pid"]), int(rec["cpu"]), float(rec["rt_cores"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if not _alive(pid):
+        if not pid_alive(pid):
             f.unlink(missing_ok=True)
             continue
         if cpu in load:

@@ -151,32 +151,28 @@ pub fn parse_delay_ms(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos((ms * 1e6).round() as u64))
 }
 
-/// A release window (or early allowance) in whole microseconds, 0..=1000.
-pub fn parse_window_us(s: &str) -> Result<Duration, String> {
+/// Whole microseconds, 0..=`max`; `what` names the option in the message.
+fn parse_us(s: &str, what: &str, max: u64) -> Result<Duration, String> {
     let us: u64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("window {s:?} is not a whole number of microseconds"))?;
-    if us > MAX_WINDOW_US {
+        .map_err(|_| format!("{what} {s:?} is not a whole number of microseconds"))?;
+    if us > max {
         return Err(format!(
-            "window {us} us is out of range; allowed 0 to {MAX_WINDOW_US} us"
+            "{what} {us} us is out of range; allowed 0 to {max} us"
         ));
     }
     Ok(Duration::from_micros(us))
 }
 
+/// A release window (or early allowance) in whole microseconds, 0..=1000.
+pub fn parse_window_us(s: &str) -> Result<Duration, String> {
+    parse_us(s, "window", MAX_WINDOW_US)
+}
+
 /// A spin window in whole microseconds, 0..=10000.
 pub fn parse_spin_us(s: &str) -> Result<Duration, String> {
-    let us: u64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("spin {s:?} is not a whole number of microseconds"))?;
-    if us > MAX_SPIN_US {
-        return Err(format!(
-            "spin {us} us is out of range; allowed 0 to {MAX_SPIN_US} us"
-        ));
-    }
-    Ok(Duration::from_micros(us))
+    parse_us(s, "spin", MAX_SPIN_US)
 }
 
 #[cfg(test)]
