@@ -32,7 +32,7 @@ late_ba_p50_us=30.0 late_ba_p99_us=160.0 late_ba_max_us=400.0
 
 
 def test_batched_delay_line_is_the_current_generation():
-    rec = instrument.instrument("delayline", V2_LOG, "tquic-perf", "tquic-perf 0.1.0", "", "")
+    rec = instrument.instrument("delayline", V2_LOG, "", "", "tquic-perf", "tquic-perf 0.1.0")
     dl = rec["delay"]["delayline"]
     assert rec["generation"] == instrument.CURRENT == "v2"
     assert dl["engine"] == "batched" and dl["version"] == "0.2.0"
@@ -45,19 +45,19 @@ def test_batched_delay_line_is_the_current_generation():
 
 
 def test_the_two_thread_delay_line_is_legacy():
-    rec = instrument.instrument("delayline", V1_LOG, "tquic-perf", None, "", "")
+    rec = instrument.instrument("delayline", V1_LOG, "", "", "tquic-perf", None)
     assert rec["generation"] == "v1"
     assert rec["delay"]["delayline"]["engine"] == "threads"
     assert rec["delay"]["delayline"]["wakeups"] is None
     assert rec["delay"]["delayline"]["frames_per_wake"] is None
     # netem has no user-space delay line: the current generation, no delay-line record
-    rec = instrument.instrument("netem", "", "tperf", None, "", "")
+    rec = instrument.instrument("netem", "", "", "", "tperf", None)
     assert rec["generation"] == "v2" and "delayline" not in rec["delay"]
 
 
 def test_tool_batching_is_read_from_the_json_summary():
     doc = {"format_version": 3, "batching": {"send": "gso", "recv": "recvmmsg"}}
-    rec = instrument.instrument("delayline", V2_LOG, "tquic-perf", None, json.dumps(doc), "{}")
+    rec = instrument.instrument("delayline", V2_LOG, json.dumps(doc), "{}", "tquic-perf", None)
     assert rec["tool"]["sender_batching"] == {"send": "gso", "recv": "recvmmsg"}
     assert rec["tool"]["receiver_batching"] is None
     assert instrument.tool_batching("not json") is None
@@ -74,8 +74,8 @@ def test_published_trials_without_a_record_are_legacy():
 def test_meta_keeps_a_compact_record():
     doc = {"batching": {"send": {"mode": "gso", "syscalls": 9},
                         "recv": {"mode": "recvmmsg"}}}
-    rec = instrument.instrument("delayline", V2_LOG, "tquic-perf", "tquic-perf 0.2.0",
-                                json.dumps(doc), "")
+    rec = instrument.instrument("delayline", V2_LOG, json.dumps(doc), "", "tquic-perf",
+                                "tquic-perf 0.2.0")
     c = instrument.compact(rec)
     assert c == {"generation": "v2",
                  "delay": {"mechanism": "delayline",

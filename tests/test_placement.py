@@ -52,8 +52,9 @@ def test_placed_pins_this_process_and_its_children_then_restores(state):
     before = os.sched_getaffinity(0)
     with placement.placed(0.01) as where:
         assert os.sched_getaffinity(0) == {where["cpu"]}
-        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+            capture_output=True, text=True, check=True)
         assert child.stdout.strip() == str([where["cpu"]])
         assert (state / "cpus" / f"{os.getpid()}.json").exists()
     assert os.sched_getaffinity(0) == before

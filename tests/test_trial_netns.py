@@ -126,7 +126,9 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     spec = TrialSpec(household=get_household(9747), direction="uplink",
                      variant=Variant(name="copa-0.5", cc="copa", delta=0.5), duration_s=4,
                      idle_s=1.0)
-    d = run_trial(spec, tmp_path)
+    from latency_divide.ops.admission import spec_rt_cores
+
+    d = run_trial(spec, tmp_path, expected_rt_cores=spec_rt_cores(spec))
     assert d == tmp_path / spec.definition_id() / "9747" / "uplink" / "copa-0.5" / "rep1"
     meta = json.loads((d / "meta.json").read_text())
     # the trial's definition: recorded, in its directory's definition.json, and in its path

@@ -55,7 +55,7 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
 def _trial(args) -> int:
     from latency_divide.config import ToolSettings, Variant
     from latency_divide.data.households import get_household
-    from latency_divide.ops.admission import retries_for
+    from latency_divide.ops.admission import retries_for, spec_rt_cores
     from latency_divide.testbed.runners import interrupt_on_sigterm
     from latency_divide.trial.run import run_trial_with_retries
     from latency_divide.trial.spec import TrialSpec
@@ -87,7 +87,8 @@ def _trial(args) -> int:
     with open_testbed(inventory=args.inventory, slice_name=args.slice) as testbed:
         say = functools.partial(print, file=sys.stderr)
         retries = retries_for(spec, args.retries, testbed.kind, log=say)
-        d = run_trial_with_retries(spec, args.out, retries=retries, log=say, testbed=testbed)
+        d = run_trial_with_retries(spec, args.out, retries=retries, log=say, testbed=testbed,
+                                   expected_rt_cores=spec_rt_cores(spec, testbed.kind))
     print(d)
     return 0
 

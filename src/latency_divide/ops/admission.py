@@ -222,6 +222,16 @@ def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
             f"a host with {math.ceil(rt / RT_HOST_SHARE)} or more cores, or over SSH")
 
 
+def spec_rt_cores(spec, testbed: str = "local") -> float:
+    """A trial's expected real-time cores by the current cost model, from its spec (what
+    trial.run hands testbed.placement)."""
+    from latency_divide.links.plan import make_linkplan
+
+    plan = make_linkplan(spec.household, qfactor=spec.qfactor)
+    return rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms, spec.tool.window_bytes,
+                    spec.tool.name, testbed)
+
+
 def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
     """How often to measure a trial again after a failed health verdict: ``retries``, or 0
     for a trial this host cannot emulate even alone (:func:`beyond_host`; it would fail the

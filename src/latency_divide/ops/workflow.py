@@ -40,7 +40,7 @@ def run_trial_job(smk) -> None:
 def _trial_job(smk, log) -> None:
     from latency_divide.config import config_hash, load_config
     from latency_divide.data.households import get_household
-    from latency_divide.ops.admission import retries_for
+    from latency_divide.ops.admission import retries_for, spec_rt_cores
     from latency_divide.ops.progress import progress
     from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
@@ -79,7 +79,8 @@ def _trial_job(smk, log) -> None:
                     f"{os.environ.get('SLURM_JOB_ID')} on node {node_name()}")
             retries = retries_for(spec, cfg.trial.retries, cfg.testbed.kind, log=say)
             d = run_trial_with_retries(spec, raw_root, retries=retries, log=say,
-                                       testbed=testbed)
+                                       testbed=testbed,
+                                       expected_rt_cores=spec_rt_cores(spec, cfg.testbed.kind))
     except BaseException:
         final = meta.parent
         if final.is_dir() and not any(final.iterdir()):

@@ -96,8 +96,8 @@ def tool_batching(json_text: str) -> dict[str, Any] | None:
     return b if isinstance(b, dict) else None
 
 
-def instrument(mechanism: str, delayline_log: str, tool_name: str, tool_version: str | None,
-               sender_json: str, receiver_json: str) -> dict[str, Any]:
+def instrument(mechanism: str, delayline_log: str, sender_json: str, receiver_json: str,
+               tool_name: str, tool_version: str | None) -> dict[str, Any]:
     """meta.json ``instrument`` of a trial just measured, from its delay line's log and the
     tool ends' JSON summaries (tquic-perf; "" for tperf)."""
     dl = delayline_facts(delayline_log) if mechanism == "delayline" else None

@@ -38,7 +38,6 @@ from latency_divide.testbed.runners import Runner, pid_alive
 from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
 from latency_divide.trial import definition
 from latency_divide.trial.health import health
-from latency_divide.ops import admission
 from latency_divide.testbed.placement import placed
 from latency_divide.trial.instrument import compact, instrument
 from latency_divide.trial.layout import (
@@ -110,11 +109,12 @@ def tool_rt_priority(topo, roles, asked: int) -> dict:
 
 
 def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None,
-              keep_unhealthy: bool = True) -> Path:
+              keep_unhealthy: bool = True, expected_rt_cores: float | None = None) -> Path:
     """Run one trial; return its (complete) directory under ``out_root``. A trial whose
     health verdict fails (trial.health) raises :class:`UnhealthyTrial` and leaves nothing,
     unless ``keep_unhealthy`` (the last attempt): then it is kept, with its verdict, and the
-    analysis lists it among the exclusions."""
+    analysis lists it among the exclusions. ``expected_rt_cores`` (ops.admission.spec_rt_cores)
+    lets a slow trial run on one core (testbed.placement); None: it floats."""
     testbed = testbed or make_testbed("local")
     # what the testbed can do, asked before anything starts (not which kind it is)
     if spec.tool.qlog and not testbed.keeps_qlog:
@@ -130,8 +130,8 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     tmp = Path(tempfile.mkdtemp(prefix=tmp_dir_prefix(spec.repetition, os.getpid()),
                                 dir=final.parent))
     try:
-        # a slow trial's processes on one core: wake-ups stay local (testbed.placement)
-        with placed(_expected_rt_cores(spec, found, testbed), testbed.runs_here) as where:
+        with placed(expected_rt_cores or 0.0,  # a slow trial on one core
+                    testbed.runs_here and expected_rt_cores is not None) as where:
             meta = _run_in(spec, tmp, found, attempt, testbed)
         meta["placement"] = where
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
@@ -150,13 +150,6 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _expected_rt_cores(spec: TrialSpec, found: dict, testbed) -> float:
-    """The trial's expected real-time cores by the current cost model (ops.admission)."""
-    plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
-    return admission.rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
-                              spec.tool.window_bytes, spec.tool.name, testbed.kind)
 
 
 def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
@@ -265,18 +258,13 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     p = d / PING_ERR
     if p.exists() and p.stat().st_size == 0:
         p.unlink()
-    dl_log = d / DELAYLINE_LOG
     sched = watch.summary()
-    trial_health = health(sched, dl_log.read_text(errors="replace") if dl_log.exists() else "",
-                          d / QUEUE_LOG, timing["transfer_started_unix"],
+    dl_text, snd_json, rcv_json = ((p.read_text(errors="replace") if p.exists() else "")
+                                   for p in (d / DELAYLINE_LOG, d / SENDER_JSON, d / RECEIVER_JSON))
+    trial_health = health(sched, dl_text, d / QUEUE_LOG, timing["transfer_started_unix"],
                           timing["transfer_ended_unix"], spec.queue_interval_s, cpu)
-
-    def _text(p: Path) -> str:
-        return p.read_text(errors="replace") if p.exists() else ""
-
-    measured_by = instrument(found["mechanism"], _text(dl_log), spec.tool.name,
-                             found["tool_version"], _text(d / SENDER_JSON),
-                             _text(d / RECEIVER_JSON))
+    measured_by = instrument(found["mechanism"], dl_text, snd_json, rcv_json, spec.tool.name,
+                             found["tool_version"])
 
     return {
         "format_version": FORMAT_VERSION,
@@ -294,8 +282,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         "linkplan": plan.to_dict(),
         "delay_mechanism": found["mechanism"],
         "delayline_exit_code": delayline_rc,
-        # the delay line's design and settings and the tool's batching (trial.instrument):
-        # what a published trial is judged by, never today's instrument
+        # what measured it (trial.instrument): what a published trial is judged by
         "instrument": compact(measured_by),
         "instrument_detail": measured_by,
         "tool": {"name": spec.tool.name, "path": binary,
@@ -354,14 +341,14 @@ def _reduce_qlog(qlog_dir: Path, out: Path) -> None:
 
 
 def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
-                           log=print, testbed=None) -> Path:
+                           log=print, testbed=None, expected_rt_cores: float | None = None) -> Path:
     """Retry transient failures; never leave a partial trial directory behind."""
     last: Exception | None = None
     for attempt in range(1, retries + 2):
         final = attempt == retries + 1
         try:
             d = run_trial(spec, out_root, attempt=attempt, testbed=testbed,
-                          keep_unhealthy=final)
+                          keep_unhealthy=final, expected_rt_cores=expected_rt_cores)
         except EnvironmentError_:
             raise  # not transient
         except UnhealthyTrial as e:
