@@ -160,7 +160,7 @@ pub struct RxTime {
     /// converted to CLOCK_MONOTONIC, or `read_ns` if there was none (or it was not
     /// plausible).
     pub rx_ns: u64,
-    /// CLOCK_MONOTONIC right after recvmsg returned (the user-space time).
+    /// CLOCK_MONOTONIC right after recvmmsg returned (the user-space time).
     pub read_ns: u64,
     /// `rx_ns` came from the kernel timestamp.
     pub kernel: bool,
@@ -172,25 +172,6 @@ impl RxTime {
     pub fn age_ns(&self) -> u64 {
         self.read_ns.saturating_sub(self.rx_ns)
     }
-}
-
-/// What `recv` found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recv {
-    /// A frame of `len` bytes (`len` may exceed the buffer: then it was truncated).
-    Frame {
-        len: usize,
-        /// The kernel stripped a VLAN tag into auxdata: (tpid, tci).
-        vlan: Option<(u16, u16)>,
-        /// Checksum offload still pending (TP_STATUS_CSUMNOTREADY).
-        csum_not_ready: bool,
-        /// When it arrived.
-        time: RxTime,
-    },
-    /// A frame this host sent (PACKET_OUTGOING): not ours to bridge.
-    Outgoing,
-    /// The receive timeout passed with no frame.
-    Timeout,
 }
 
 /// What the control messages of one received frame say.
@@ -401,7 +382,7 @@ impl PacketSocket {
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, &one)
             .map_err(|e| io_err("enabling PACKET_AUXDATA", iface, e))?;
         // The kernel's receive time (CLOCK_REALTIME) with every frame; without it the
-        // frames are stamped in user space after recvmsg (recv() falls back per frame).
+        // frames are stamped in user space after recvmmsg (per frame, as a fallback).
         let timestamps = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one).is_ok();
         // SO_RCVBUFFORCE passes rmem_max (root); fall back to SO_RCVBUF.
         if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf_bytes).is_err() {
@@ -449,61 +430,6 @@ impl PacketSocket {
         self.timestamps
     }
 
-    /// Receives one frame into `buf`, with its receive time: the kernel's timestamp
-    /// (SCM_TIMESTAMPNS) converted to CLOCK_MONOTONIC when there is a plausible one, else
-    /// CLOCK_MONOTONIC right after recvmsg.
-    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
-        // SAFETY: all-zero is a valid sockaddr_ll / msghdr.
-        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // Room for PACKET_AUXDATA (40 bytes with header) and SCM_TIMESTAMPNS (32) with
-        // plenty to spare; u64 elements keep it aligned for cmsghdr.
-        let mut cbuf = [0u64; 32];
-        let mut msg: libc::msghdr = unsafe { zeroed() };
-        msg.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
-        msg.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = size_of::<[u64; 32]>() as _;
-        // SAFETY: msg points at live buffers of the sizes given; MSG_TRUNC makes the
-        // return value the real frame length.
-        let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
-        // Both clocks at once after recvmsg, realtime first (see timing::kernel_rx_mono_ns).
-        let real_now = timing::realtime_ns();
-        let mono_now = timing::now_ns();
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(Recv::Timeout),
-                _ => Err(e),
-            };
-        }
-        if sll.sll_pkttype == libc::PACKET_OUTGOING {
-            return Ok(Recv::Outgoing);
-        }
-        let Aux {
-            vlan,
-            csum_not_ready,
-            kernel_rt_ns,
-        } = parse_aux(&msg);
-        let kernel_mono = kernel_rt_ns
-            .and_then(|k| timing::kernel_rx_mono_ns(k, real_now, mono_now, timing::MAX_RX_AGE_NS));
-        Ok(Recv::Frame {
-            len: n as usize,
-            vlan,
-            csum_not_ready,
-            time: RxTime {
-                rx_ns: kernel_mono.unwrap_or(mono_now),
-                read_ns: mono_now,
-                kernel: kernel_mono.is_some(),
-            },
-        })
-    }
-
     /// Frames the kernel dropped on this socket since the last call (receive buffer
     /// full), from PACKET_STATISTICS, which resets on read.
     pub fn take_kernel_drops(&self) -> io::Result<u64> {
@@ -549,8 +475,8 @@ impl PacketSocket {
 
     /// Reads every frame waiting, up to the batch's size, with one `recvmmsg` (the socket
     /// must be non-blocking): appends them to `out` with the kernel's receive time of each
-    /// (converted as in [`PacketSocket::recv`]) and returns how many datagrams the call
-    /// returned (our own transmissions included, which are skipped). 0 = nothing waiting.
+    /// (on CLOCK_MONOTONIC, timing::kernel_rx_mono_ns) and returns how many datagrams the
+    /// call returned (our own transmissions included, which are skipped). 0 = nothing waiting.
     pub fn recv_batch(&self, b: &mut RxBatch, out: &mut Vec<BatchFrame>) -> io::Result<usize> {
         b.arm();
         let n = loop {
@@ -650,21 +576,5 @@ impl PacketSocket {
             i += 1;
         }
         (sent, calls)
-    }
-
-    /// Sends one complete Ethernet frame out of the bound interface.
-    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
-        loop {
-            // SAFETY: frame is a valid slice.
-            let n =
-                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
     }
 }
