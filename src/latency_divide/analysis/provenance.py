@@ -11,7 +11,11 @@ Sidecar (format_version 2)::
      "households": {"<price_bucket>": [<household_id>, ...], ...},
      "trials": [{"path": "...", "definition_id": "def-...", "config_hash": "<sha256>",
                  "household_id": ..., "price_bucket": ..., "direction": ..., "variant": ...,
-                 "repetition": ..., "files": {"meta.json": "<sha256>", ...}}]}
+                 "repetition": ..., "files": {"meta.json": "<sha256>", ...},
+                 "pack": "<archive>"  (a packed trial: its files are the pack's members),
+                 "supersedes": [{"pack": "<older archive>", "meta_sha256": "<sha256>",
+                                 "reason": "..."}]  (a trial measured again: the older
+                                 measurements of its key that it replaced, trial.packs)}]}
 
 Each trial names the definition it was measured under and the hash of the configuration its
 job ran with (from its meta.json), not the configuration of the run that drew the figure.
@@ -78,6 +82,10 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
         if packed is not None:  # its files are members of a pack (trial.packs)
             rec["pack"] = packed.archive.as_posix()
             rec["files"] = {name: h for name, (_size, h) in sorted(packed.members.items())}
+            if packed.superseded:  # measured again: the older measurements stay traceable
+                rec["supersedes"] = [{"pack": s.old.archive.as_posix(),
+                                      "meta_sha256": s.old.members["meta.json"][1],
+                                      "reason": s.reason} for s in packed.superseded]
         else:
             rec["files"] = _trial_hashes(r.trial_path)
         recs.append(rec)
@@ -262,6 +270,10 @@ def format_trace(res: TraceResult, files: bool = False) -> str:
         out.append(f"  {t['path']}  (household {t['household_id']}, {t['direction']}, "
                    f"{t['variant']}, rep {t['repetition']}; {t.get('definition_id')}, "
                    f"config {cfg}; {len(t['files'])} files)")
+        for old in t.get("supersedes") or []:
+            out.append(f"      from {t.get('pack')}; supersedes the measurement in "
+                       f"{old['pack']} (meta.json sha256 {old['meta_sha256'][:12]}): "
+                       f"{old['reason']}")
         if files:
             for name, h in t["files"].items():
                 out.append(f"      {name:<16} {h}")

@@ -46,19 +46,26 @@ def _publish_args(p: argparse.ArgumentParser) -> None:
                    help="publish loose trials as they are (by default each definition's loose "
                         "trials go into a new pack with its parsed cache first: docs/data.md "
                         "\"Packs\")")
+    p.add_argument("--supersede", metavar="REASON",
+                   help="pack loose trials whose key is already packed (measured again) into "
+                        "the new pack, superseding the published ones for the analysis; they "
+                        "stay in their packs, and REASON is recorded in the new pack's index "
+                        "(docs/data.md \"Superseding a published trial\")")
 
 
 def _publish(args) -> int:
     from latency_divide.analysis.integrity import DataIntegrityError
+    from latency_divide.analysis.packing import check_supersede
     from latency_divide.analysis.rawtree import check_raw_tree
     from latency_divide.ops.publish import publish
 
     limits.check("limit_mb", args.limit_mb, "--limit-mb")
+    check_supersede(RAW, args.supersede, pack=not args.no_pack)
     findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published)
     if findings:
         raise DataIntegrityError(findings)
     if not args.no_pack:
-        rewritten = _pack_all(RAW)
+        rewritten = _pack_all(RAW, args.supersede)
         findings = check_raw_tree(RAW, ".", keep_published=not args.replace_published,
                                   rewritten=rewritten)
         if findings:
@@ -68,10 +75,11 @@ def _publish(args) -> int:
     return 0
 
 
-def _pack_all(raw: Path) -> list[Path]:
-    """Each definition's loose trials into a new pack with its parsed cache; the cache of
-    every older pack written again where it is for other code (analysis.parsedcache). Return
-    the cache files written again."""
+def _pack_all(raw: Path, supersede: str | None = None) -> list[Path]:
+    """Each definition's loose trials into a new pack with its parsed cache (superseding, for
+    the reason ``supersede``, the packed trials measured again); the cache of every older
+    pack written again where it is for other code (analysis.parsedcache). Return the cache
+    files written again."""
     from latency_divide.analysis import packing, parsedcache
     from latency_divide.trial import packs
 
@@ -83,10 +91,12 @@ def _pack_all(raw: Path) -> list[Path]:
                 n = packing.build_cache(arc)
                 rewritten += parsedcache.files(arc)
                 print(f"{arc}: {why}: parsed its {n} trials again", file=sys.stderr)
-        arc = packing.pack_definition(d)
+        arc = packing.pack_definition(d, supersede=supersede)
         if arc is not None:
-            n = len(packs.read_index(arc)["trials"])
-            print(f"{d.name}: {n} loose trials packed into {arc.name} (with its parsed cache)",
+            idx = packs.read_index(arc)
+            n, m = len(idx["trials"]), len(idx.get("supersedes", {}))
+            print(f"{d.name}: {n} loose trials packed into {arc.name} (with its parsed cache)"
+                  + (f"; {m} of them supersede published trials ({supersede})" if m else ""),
                   file=sys.stderr)
         left = [m.parent for m in d.glob("*/*/*/rep*/meta.json")]
         if left:

@@ -20,6 +20,20 @@ A pack is written once and never changed: :func:`build` writes the archive and t
 temporary names, reads the archive back and compares every member with the trial's own files,
 and only then renames them (index last: a pack without its index is not a pack). The next pack
 of a definition takes the next number.
+
+A trial key is in one pack, unless a later pack supersedes it: a trial measured again (the same
+definition and key, e.g. by a newer instrument) goes into a later pack whose index says so, per
+key, in ``supersedes``::
+
+    "supersedes": {"<key>": {"archive": "pack-0001.tar.xz",
+                             "meta_sha256": "<sha256 of the old trial's meta.json>",
+                             "reason": "<why it was measured again>"}}
+
+The record must name the pack that held the key until then and its meta.json's sha256 (as that
+pack's index records it); otherwise the key's second appearance is an error, as it always was.
+Readers (:func:`trials_in`, :func:`find`, :func:`every_trial`, :func:`split`) then get the newest
+measurement; the older one stays in its pack, unchanged, and :func:`superseded_in` lists it
+(``Packed.superseded`` per trial). An index without ``supersedes`` reads as before.
 """
 
 from __future__ import annotations
@@ -60,6 +74,23 @@ class Packed:
     archive: Path
     key: str  # "<household>/<direction>/<variant>/rep<r>"
     members: dict  # member name -> [size, sha256] (the index's record)
+    #: the older measurements of this key that later packs superseded, oldest first
+    superseded: tuple["Superseded", ...] = ()
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """An older measurement of a key, still in its pack, that a later pack replaced for
+    readers: ``old`` the trial in its pack (``files_of(old)`` reads it), ``by`` the archive
+    that superseded it, ``reason`` as that archive's index records it."""
+
+    old: Packed
+    by: Path
+    reason: str
+
+    @property
+    def key(self) -> str:
+        return self.old.key
 
 
 def trial_key(trial_dir: Path | str) -> str:
@@ -148,11 +179,54 @@ def trials_in(def_dir: Path | str) -> dict[str, Packed]:
 def _trials_in(arcs: tuple, _stamp: tuple) -> dict[str, Packed]:
     out: dict[str, Packed] = {}
     for a in arcs:
-        for key, members in read_index(a)["trials"].items():
-            if key in out:
-                raise PackError(f"{a}: trial {key} is also in {out[key].archive}")
-            out[key] = Packed(a, key, members)
+        idx = read_index(a)
+        sup = idx.get("supersedes", {})
+        if not isinstance(sup, dict):
+            raise PackError(f"{index_path(a)}: supersedes is not an object")
+        extra = sorted(set(sup) - set(idx["trials"]))
+        if extra:
+            raise PackError(f"{index_path(a)}: supersedes {', '.join(extra)}, which it does "
+                            f"not hold")
+        for key, members in idx["trials"].items():
+            before = out.get(key)
+            if before is None and key in sup:
+                raise PackError(f"{index_path(a)}: supersedes {key}, but no earlier pack "
+                                f"holds that trial")
+            if before is None:
+                out[key] = Packed(a, key, members)
+                continue
+            why = _not_superseding(sup.get(key), before)
+            if why:
+                raise PackError(f"{a}: trial {key} is also in {before.archive} ({why})")
+            gone = Superseded(Packed(before.archive, key, before.members), a,
+                              sup[key]["reason"])
+            out[key] = Packed(a, key, members, (*before.superseded, gone))
     return out
+
+
+def _not_superseding(rec, before: Packed) -> str:
+    """Why ``rec`` (a supersedes record of a later index) does not replace ``before``; "" when
+    it does: it names ``before``'s archive and meta.json sha256 and gives a reason."""
+    if rec is None:
+        return "its index has no supersedes record for it"
+    if not isinstance(rec, dict):
+        return "its supersedes record is not an object"
+    if rec.get("archive") != before.archive.name:
+        return (f"its supersedes record names {rec.get('archive')!r}, not "
+                f"{before.archive.name}, the pack that holds it")
+    want = (before.members.get(META) or [None, None])[1]
+    if rec.get("meta_sha256") != want:
+        return (f"its supersedes record's meta_sha256 {str(rec.get('meta_sha256'))[:12]} is "
+                f"not that of {before.archive.name}'s {META} ({str(want)[:12]})")
+    if not isinstance(rec.get("reason"), str) or not rec["reason"].strip():
+        return "its supersedes record gives no reason"
+    return ""
+
+
+def superseded_in(def_dir: Path | str) -> list[Superseded]:
+    """Every older measurement of a definition's packs that a later pack superseded, by key
+    (oldest first within a key): what a reader needs to trace a replaced trial."""
+    return [s for _k, p in sorted(trials_in(def_dir).items()) for s in p.superseded]
 
 
 def find(trial_dir: Path | str) -> Packed | None:
@@ -221,23 +295,38 @@ def tar_bytes(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
+def build(def_dir: Path | str, trial_dirs: list[Path], supersede: str | None = None) -> Path:
     """Pack ``trial_dirs`` (loose trials of ``def_dir``) into the definition's next pack;
-    return the archive. The loose trials are left in place (the caller removes them)."""
+    return the archive. The loose trials are left in place (the caller removes them).
+
+    A trial whose key is already packed is refused, unless ``supersede`` gives the reason it
+    was measured again: then the new pack supersedes the packed one (module docstring)."""
     def_dir = Path(def_dir)
     if not trial_dirs:
         raise PackError(f"{def_dir}: no trial to pack")
+    if supersede is not None and not supersede.strip():
+        raise PackError("superseding a packed trial needs a reason")
     packed = trials_in(def_dir)
     trials: dict[str, dict[str, bytes]] = {}
     sources: dict[str, dict[str, str]] = {}
+    supersedes: dict[str, dict[str, str]] = {}
     for d in trial_dirs:
         d = Path(d)
         if d.parents[3] != def_dir:
             raise PackError(f"{d}: not a trial of {def_dir}")
         key = trial_key(d)
-        if key in packed:
-            raise PackError(f"{d}: already in {packed[key].archive}")
         trials[key] = trial_files(d)
+        if key in packed:
+            old = packed[key]
+            if supersede is None:
+                raise PackError(f"{d}: already in {old.archive} (to replace it with this "
+                                f"measurement, supersede it: `latency-divide publish "
+                                f"--supersede REASON`)")
+            if sha256(trials[key][META]) == old.members[META][1]:
+                raise PackError(f"{d}: the same {META} as in {old.archive}: nothing to "
+                                f"supersede")
+            supersedes[key] = {"archive": old.archive.name, "meta_sha256": old.members[META][1],
+                               "reason": supersede.strip()}
         sources[key] = {name: hashlib.md5((d / name).read_bytes()).hexdigest()
                         for name in (META, ARCHIVE)}
     arcs = archives(def_dir)
@@ -255,6 +344,8 @@ def build(def_dir: Path | str, trial_dirs: list[Path]) -> Path:
              # the md5 of each trial's files before it was packed (DVC pins md5s): a
              # published trial packed later is found here with the files dvc.lock pinned
              "sources": sources}
+    if supersedes:  # only then: an index of new trials only is what it always was
+        index["supersedes"] = dict(sorted(supersedes.items()))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp, tmp_idx = out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.json.tmp")
     try:
@@ -324,9 +415,11 @@ def split(metas, base: Path = Path(".")) -> tuple[list[str], list[str]]:
     that hold the others, each once: archive, index and parsed cache where present).
 
     A trial both loose and in a pack is taken as loose (publishing packs loose trials and then
-    removes them; in between, the pack is not yet read). Snakemake calls this for every
-    companion while it parses the workflow (10,000 trials and more): paths are handled as
-    strings, and each definition's packs and each pack's files are looked up once."""
+    removes them; in between, the pack is not yet read; a trial measured again stays loose
+    until `publish --supersede` packs it). A key that a later pack supersedes is read from
+    that pack: the older pack's files are inputs only for its other trials. Snakemake calls
+    this for every companion while it parses the workflow (10,000 trials and more): paths are
+    handled as strings, and each definition's packs and each pack's files are looked up once."""
     loose: list[str] = []
     pack_files: dict[str, None] = {}
     metas = [str(m) for m in metas]
