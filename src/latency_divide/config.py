@@ -21,9 +21,11 @@ import yaml
 
 from latency_divide import limits
 from latency_divide.data.buckets import Bucket, resolve_buckets, validate_buckets
+from latency_divide.links import buffers
 from latency_divide.links.population import PopulationSample, population_draw
 from latency_divide.errors import ConfigError, yaml_path
 from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
+from latency_divide.vocab import DIRECTIONS
 
 SCHEMA_PATH = CONFIG_SCHEMA
 
@@ -106,6 +108,8 @@ class Config:
     #: population sample's ``repeat`` share)
     repetitions_by_household: Mapping[int, tuple[int, ...]] = dataclasses.field(
         default_factory=dict)
+    #: the bottleneck FIFO's model (links.buffers): qfactor x BDP, or a measured one
+    buffer_model: str = buffers.DEFAULT_MODEL
 
     def repetitions_of(self, household_id: int) -> tuple[int, ...]:
         """The repetition numbers of a household's trials (its own, else its bucket's, else
@@ -191,6 +195,7 @@ def _check_limits(raw: Mapping[str, Any]) -> None:
             _repetition_numbers(hh["population_sample"]["repeat"]["repetitions"],
                                 "config: households.population_sample.repeat.repetitions")
     limits.check("qfactor", raw["qfactor"], "config: qfactor")
+    buffers.check_model(raw.get("buffer_model", buffers.DEFAULT_MODEL), "config: buffer_model")
     for i, v in enumerate(raw["variants"]):
         key = f"config: variants[{i}]"
         limits.check_name("variant", v["name"], f"{key}.name")
@@ -309,6 +314,10 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     if testbed.kind == "ssh" and testbed.inventory is None:
         raise ConfigError("config: testbed.inventory = None: an SSH inventory is required for testbed.kind ssh")
 
+    buffer_model = raw.get("buffer_model", buffers.DEFAULT_MODEL)
+    if buffer_model != buffers.DEFAULT_MODEL:
+        _check_buffers(buffer_model, by_bucket, data)
+
     ts_household = (raw.get("figures") or {}).get("timeseries_household")
     run_ids = {h for ids in by_bucket.values() for h in ids}
     if ts_household is not None and ts_household not in run_ids:
@@ -343,7 +352,23 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
             for i, b in enumerate(hh["buckets"]) if "repetitions" in b},
         population=population,
         repetitions_by_household=repetitions_by_household,
+        buffer_model=buffer_model,
     )
+
+
+def _check_buffers(model: str, by_bucket: Mapping[str, Any], data) -> None:
+    """Every household of the run has a buffer under a measured model (its technology is one
+    the model knows), so that a run fails here and not in its first trial."""
+    from latency_divide.data.households import get_household
+
+    for ids in by_bucket.values():
+        for h in ids:
+            hh = get_household(h, data=data)
+            for direction in DIRECTIONS:
+                try:
+                    buffers.queue_ms(model, hh.technology, direction, hh.unit_id)
+                except ConfigError as e:
+                    raise ConfigError(f"config: buffer_model = {model!r}: {e}") from None
 
 
 def config_hash(config: dict | None) -> str:

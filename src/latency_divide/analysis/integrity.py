@@ -13,8 +13,8 @@ and the trial it claims to be?
 - against its identity: the path's definition id, household, direction, variant and
   repetition are what meta.json says; the directory's definition.json hashes to its name and
   agrees with every setting meta.json recorded (trial.definition); the link plan
-  meta.json recorded is the one the household and the definition's qfactor give, and
-  ``capacity_kbps`` is its rate.
+  meta.json recorded is the one the household and the definition's qfactor and buffer model
+  give, and ``capacity_kbps`` is its rate.
 
 Every finding names the trial directory and the file. analysis.tables.build_tables raises
 :class:`DataIntegrityError` listing them all, with the ways to repair, so that the analysis
@@ -187,6 +187,7 @@ def _json_members(d: Path, files: dict[str, bytes], prefix: str, found: list[Fin
 
 def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
     from latency_divide.data.households import Household
+    from latency_divide.links import buffers
     from latency_divide.links.plan import make_linkplan
 
     def bad(what: str, file: str = META) -> None:
@@ -217,14 +218,17 @@ def _check_identity(d: Path, meta: dict, found: list[Finding]) -> None:
         if meta.get("definition_id") != def_id or meta.get("definition") != defn:
             bad(f"records definition {meta.get('definition_id')!r}, its directory is {def_id}")
     try:
+        model = defn.get("buffer_model", buffers.DEFAULT_MODEL)
         plan = make_linkplan(Household.from_dict(meta["household"]), qfactor=defn["qfactor"],
-                             mechanism=meta["delay_mechanism"]).to_dict()
+                             mechanism=meta["delay_mechanism"], buffer_model=model).to_dict()
         rec = meta["linkplan"]
+        given = f"qfactor {defn['qfactor']:g}" + (
+            f" and buffer model {model}" if model != buffers.DEFAULT_MODEL else "")
         for part, key in [*((d, k) for d in DIRECTIONS for k in ("rate_kbit", "queue_bytes")),
                           ("delay", "one_way_ms")]:
             if rec[part][key] != plan[part][key]:
-                bad(f"linkplan.{part}.{key} is {rec[part][key]!r}; the household and qfactor "
-                    f"{defn['qfactor']:g} give {plan[part][key]!r}")
+                bad(f"linkplan.{part}.{key} is {rec[part][key]!r}; the household and {given} "
+                    f"give {plan[part][key]!r}")
         if meta["capacity_kbps"] != plan[direction]["rate_kbit"]:
             bad(f"capacity_kbps is {meta['capacity_kbps']!r}; the {direction} rate is "
                 f"{plan[direction]['rate_kbit']!r} kbit/s")

@@ -137,7 +137,12 @@ def _sample_config(args) -> int:
 
 def _linkplan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="household ID")
+    from latency_divide.links.buffers import DEFAULT_MODEL, MODELS
+
     p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
+    p.add_argument("--buffer-model", choices=tuple(MODELS), default=DEFAULT_MODEL,
+                   help="the FIFO's model (links.buffers): qfactor x BDP (default) or the FCC "
+                        "panel's loaded minus idle RTT of the household's technology")
     p.add_argument("--delay", choices=DELAY_MECHANISMS, default="netem",
                    help="propagation delay mechanism (default netem)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -147,7 +152,8 @@ def _linkplan(args) -> int:
     from latency_divide.data.households import get_household
     from latency_divide.links.plan import make_linkplan
 
-    plan = make_linkplan(get_household(args.id), qfactor=args.qfactor, mechanism=args.delay)
+    plan = make_linkplan(get_household(args.id), qfactor=args.qfactor, mechanism=args.delay,
+                         buffer_model=args.buffer_model)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

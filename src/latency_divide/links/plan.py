@@ -8,6 +8,12 @@ Formulas (EXPERIMENT.md, rate in kbit/s, rtt in ms, q in kbit):
   kilobits, i.e. ``q * 125`` bytes = qfactor x bandwidth-delay product.
 - delay node: ``rtt_ms / 2`` each way (netem, or our userspace ``delayline``).
 
+The FIFO's size comes from a buffer model (links.buffers): ``qfactor``, the formula above and
+the default, or a measured one (``mba-2014``: the panel's loaded minus idle RTT of the
+household's technology and direction, at the household's rate). A plan under the default model
+is exactly what it always was (its ``to_dict`` has no model keys); one under another model
+records ``buffer_model`` and, per direction, ``buffer`` (its delay and source).
+
 Two facts about ``tc`` (iproute2 6.1, checked on kernel 6.18 by building the qdiscs in a
 namespace and reading back ``tc -j qdisc show``; tests/test_linkplan.py repeats the check):
 
@@ -44,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from latency_divide import limits
 from latency_divide.errors import ConfigError
+from latency_divide.links import buffers
 from latency_divide.vocab import DELAY_MECHANISMS, DIRECTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,8 +127,10 @@ class ShaperPlan:
 
     direction: str  # "uplink" (egress toward server) | "downlink" (egress toward client)
     rate_kbit: int
-    queue_kbit: float  # q = qfactor * rtt_ms * rate_kbit / 1000
+    queue_kbit: float  # q = qfactor * rtt_ms * rate_kbit / 1000 (or the buffer model's)
     queue_bytes: int  # floor(q * 125)
+    #: the buffer model's FIFO (links.buffers), None under the default qfactor x BDP
+    buffer: buffers.Buffer | None = None
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -197,6 +206,7 @@ class LinkPlan:
     uplink: ShaperPlan
     downlink: ShaperPlan
     delay: DelayPlan
+    buffer_model: str = buffers.DEFAULT_MODEL
 
     def shaper(self, direction: str) -> ShaperPlan:
         if direction == "uplink":
@@ -207,19 +217,26 @@ class LinkPlan:
 
     def to_dict(self) -> dict:
         def shaper(s: ShaperPlan) -> dict:
+            b = s.buffer
             return {
                 "direction": s.direction,
                 "rate_kbit": s.rate_kbit,
                 "queue_kbit": s.queue_kbit,
                 "queue_bytes": s.queue_bytes,
+                **({"buffer": {"model": b.model, "queue_ms": b.queue_ms, "source": b.source,
+                               "floored": b.floored}} if b is not None else {}),
                 "r2q": s.r2q,
                 "class_quantum_bytes": s.class_quantum_bytes,
                 "commands": s.commands(_PLACEHOLDER),
             }
 
+        # the default model adds no key: plans (and meta.json) stay as they were
+        model = ({"buffer_model": self.buffer_model}
+                 if self.buffer_model != buffers.DEFAULT_MODEL else {})
         return {
             "household_id": self.household_id,
             "qfactor": self.qfactor,
+            **model,
             "rtt_ms": self.rtt_ms,
             "uplink": shaper(self.uplink),
             "downlink": shaper(self.downlink),
@@ -244,7 +261,9 @@ class LinkPlan:
         lines = [
             "#!/bin/sh",
             f"# Link plan for household {self.household_id} (latency-divide)",
-            f"# rtt {self.rtt_ms:g} ms, qfactor {self.qfactor:g}",
+            f"# rtt {self.rtt_ms:g} ms, qfactor {self.qfactor:g}"
+            + (f", buffer model {self.buffer_model}"
+               if self.buffer_model != buffers.DEFAULT_MODEL else ""),
             "# Topology: server (10.10.1.1) --- gateway --- delay --- client (10.10.2.2)",
             "# Run the part for each node on that node, as root.",
             "set -eu",
@@ -256,9 +275,16 @@ class LinkPlan:
             'if [ "${1:-}" = gateway ]; then',
         ]
         for s, var, peer in ((up, "GW_TO_SERVER", "$SERVER"), (down, "GW_TO_CLIENT", "$CLIENT")):
+            if s.buffer is None or s.buffer.queue_ms is None:
+                queue = (f"queue q = {self.qfactor:g} * {self.rtt_ms:g} ms * {s.rate_kbit} kbit/s"
+                         f" / 1000 = {s.queue_kbit:.4f} kbit = {s.queue_bytes} bytes")
+            else:
+                floor = " (raised to the floor)" if s.buffer.floored else ""
+                queue = (f"queue {s.buffer.queue_ms:g} ms * {s.rate_kbit} kbit/s / 8 ="
+                         f" {s.queue_bytes} bytes{floor}")
             lines += [
-                f"  # {s.direction}: {s.rate_kbit} kbit/s; queue q = {self.qfactor:g} * {self.rtt_ms:g} ms"
-                f" * {s.rate_kbit} kbit/s / 1000 = {s.queue_kbit:.4f} kbit = {s.queue_bytes} bytes",
+                f"  # {s.direction}: {s.rate_kbit} kbit/s; {queue}",
+                *([f"  # buffer model {s.buffer.model}: {s.buffer.source}"] if s.buffer else []),
                 f"  # (limit in bytes: tc would read 'kbit' sizes as 128 bytes); r2q {s.r2q}"
                 " keeps htb's quantum in [1514, 200000] bytes",
                 f'  {var}="${{{var}:-$(ifto "{peer}")}}"',
@@ -297,17 +323,23 @@ class LinkPlan:
         return "\n".join(lines)
 
 
-def make_linkplan(household: "Household", qfactor: float = 2.0, mechanism: str = "netem") -> LinkPlan:
-    """The paper's link configuration for a household."""
+def make_linkplan(household: "Household", qfactor: float = 2.0, mechanism: str = "netem",
+                  buffer_model: str = buffers.DEFAULT_MODEL) -> LinkPlan:
+    """The paper's link configuration for a household (its FIFOs from ``buffer_model``)."""
     return link_plan(household.upload_kbps, household.download_kbps, household.rtt_ms, qfactor,
-                     mechanism, household_id=household.unit_id)
+                     mechanism, household_id=household.unit_id, buffer_model=buffer_model,
+                     technology=household.technology)
 
 
 def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: float = 2.0,
-              mechanism: str = "netem", household_id: int = 0) -> LinkPlan:
+              mechanism: str = "netem", household_id: int = 0,
+              buffer_model: str = buffers.DEFAULT_MODEL,
+              technology: str | None = None) -> LinkPlan:
     """The paper's link configuration for any rates and RTT (``household_id`` 0 for a link
-    that is not a household's, e.g. in benchmarks)."""
+    that is not a household's, e.g. in benchmarks). A measured ``buffer_model`` needs the
+    data set's ``technology``; ConfigError names an unknown model or technology."""
     limits.check("qfactor", qfactor)
+    buffers.check_model(buffer_model)
     rtt_ms = float(rtt_ms)
     if not rtt_ms > 0 or not math.isfinite(rtt_ms):
         raise ConfigError(f"household {household_id}: RTT {rtt_ms!r} ms must be > 0")
@@ -317,11 +349,10 @@ def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: floa
             raise ConfigError(
                 f"household {household_id}: {direction} rate {rate_kbit!r} kbit/s must be an integer > 0"
             )
-        queue_kbit = qfactor * rtt_ms * rate_kbit / 1000
-        # bytes = q * 125 = qfactor * rtt_ms * rate_kbit / 8; the tiny epsilon keeps an exact
-        # whole number from truncating one byte low through binary rounding.
-        queue_bytes = math.floor(qfactor * rtt_ms * rate_kbit / 8 + 1e-9)
-        return ShaperPlan(direction, rate_kbit, queue_kbit, queue_bytes)
+        b = buffers.buffer(buffer_model, direction, rate_kbit, rtt_ms, qfactor, technology,
+                           household_id)
+        return ShaperPlan(direction, rate_kbit, b.queue_kbit, b.queue_bytes,
+                          b if buffer_model != buffers.DEFAULT_MODEL else None)
 
     return LinkPlan(
         household_id=int(household_id),
@@ -330,14 +361,17 @@ def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: floa
         uplink=shaper("uplink", upload_kbit),
         downlink=shaper("downlink", download_kbit),
         delay=DelayPlan(one_way_ms=rtt_ms / 2, mechanism=mechanism),
+        buffer_model=buffer_model,
     )
 
 
-def write_linkplan(record: str | Path, out: str | Path, qfactor: float, mechanism: str) -> LinkPlan:
+def write_linkplan(record: str | Path, out: str | Path, qfactor: float, mechanism: str,
+                   buffer_model: str = buffers.DEFAULT_MODEL) -> LinkPlan:
     """results/links/{id}.json from results/households/{id}.json."""
     from latency_divide.data.households import read_record
     from latency_divide.fsio import write_text_atomic
 
-    plan = make_linkplan(read_record(record), qfactor=qfactor, mechanism=mechanism)
+    plan = make_linkplan(read_record(record), qfactor=qfactor, mechanism=mechanism,
+                         buffer_model=buffer_model)
     write_text_atomic(out, json.dumps(plan.to_dict(), indent=2) + "\n")
     return plan

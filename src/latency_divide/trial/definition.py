@@ -7,6 +7,7 @@ definition. The definition of a trial is
      "testbed": "local" | "ssh",          # testbed.kind
      "delay": "auto" | "netem" | "delayline",   # testbed.delay, as configured
      "qfactor": 2.0,
+     ["buffer_model": "mba-2014",]        # only when not the default "qfactor"
      "trial": {"duration_s", "idle_s", "ping_interval_s", "queue_interval_s"},
      "tool": {"name", "window_bytes", "args"[, "qlog": true][, "pacing": true]},
      "variant": {"cc", "delta"}}
@@ -18,8 +19,11 @@ definition (another qfactor, duration, window, tool flags, delta ...) names othe
 directories: Snakemake measures those anew and never touches, or reuses, the earlier ones.
 Settings that do not shape a measurement (repetitions, retries, the household list, figure
 options, the tool's path) are not part of it. Neither is the household's link (rate, queue,
-delay): it follows from the household ID in the path, the vendored data set and ``qfactor``, and
-the analysis checks the recorded plan against the definition's qfactor.
+delay): it follows from the household ID in the path, the vendored data set, ``qfactor`` and
+the buffer model (links.buffers), and the analysis checks the recorded plan against them. The
+buffer model is part of a definition only when it is not the default ``qfactor`` (x BDP), so
+every definition measured before models existed keeps its id; a trial records its model in its
+link plan (meta.json ``linkplan.buffer_model``, absent for the default).
 
 ``delay: auto`` means "netem where the kernel has it, else our delay line" and is kept as
 configured (resolving it would make the path depend on the machine that computes it, so a
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from latency_divide.fsio import write_json_atomic
+from latency_divide.links import buffers
 from latency_divide.trial.layout import DEFINITION, ID_PREFIX
 from latency_divide.vocab import DELAY_MECHANISMS
 
@@ -61,10 +66,13 @@ def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: flo
                     idle_s: float, ping_interval_s: float, queue_interval_s: float,
                     tool_name: str, window_bytes: int, tool_args=(), cc: str,
                     delta: float | None, qlog: bool = False,
-                    pacing: bool = False) -> dict[str, Any]:
+                    pacing: bool = False,
+                    buffer_model: str = buffers.DEFAULT_MODEL) -> dict[str, Any]:
     """The definition (a JSON-able dict with canonical number types). ``tool.qlog`` and
-    ``tool.pacing`` are there only when true, so the ids of definitions without them are
-    unchanged (tperf's BBR trials before pacing, def-f1f96f89f2, ran Cubic: docs/population.md)."""
+    ``tool.pacing`` are there only when true, and ``buffer_model`` only when not the default,
+    so the ids of definitions without them are unchanged (tperf's BBR trials before pacing,
+    def-f1f96f89f2, ran Cubic: docs/population.md)."""
+    buffers.check_model(buffer_model)
     tool = {"name": str(tool_name), "window_bytes": int(window_bytes),
             "args": [str(a) for a in tool_args], **({"qlog": True} if qlog else {}),
             **({"pacing": True} if pacing else {})}
@@ -73,6 +81,7 @@ def make_definition(*, testbed: str, delay: str, qfactor: float, duration_s: flo
         "testbed": str(testbed),
         "delay": str(delay),
         "qfactor": float(qfactor),
+        **({"buffer_model": buffer_model} if buffer_model != buffers.DEFAULT_MODEL else {}),
         "trial": {"duration_s": float(duration_s), "idle_s": float(idle_s),
                   "ping_interval_s": float(ping_interval_s),
                   "queue_interval_s": float(queue_interval_s)},
@@ -90,7 +99,7 @@ def of_config(cfg, variant) -> dict[str, Any]:
         queue_interval_s=t.queue_interval_s, tool_name=cfg.tool.name,
         window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
         delta=variant.delta, qlog=cfg.tool_for(variant).qlog,
-        pacing=paced(cfg.tool.name, variant.cc))
+        pacing=paced(cfg.tool.name, variant.cc), buffer_model=cfg.buffer_model)
 
 
 def definition_id(definition: Mapping[str, Any]) -> str:
@@ -100,11 +109,15 @@ def definition_id(definition: Mapping[str, Any]) -> str:
 
 def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
     """What a trial's meta.json says it ran with, in definition form (``delay`` is the
-    mechanism used, netem or delayline). Raises KeyError/TypeError/ValueError when a value is
-    missing or malformed."""
+    mechanism used, netem or delayline; the buffer model is the link plan's, so give a format-4
+    meta.json with its set-up records, rawio.full_meta). Raises KeyError/TypeError/ValueError
+    when a value is missing or malformed."""
     tool = meta["tool"]
     variant = meta["variant"]
     testbed = meta.get("testbed")
+    plan = meta.get("linkplan")
+    model = plan.get("buffer_model", buffers.DEFAULT_MODEL) if isinstance(plan, dict) else \
+        buffers.DEFAULT_MODEL
     return make_definition(
         testbed=testbed.get("kind", "local") if isinstance(testbed, dict) else "local",
         delay=meta["delay_mechanism"], qfactor=meta["qfactor"], duration_s=meta["duration_s"],
@@ -112,7 +125,7 @@ def recorded(meta: Mapping[str, Any]) -> dict[str, Any]:
         queue_interval_s=meta["queue"]["interval_s"], tool_name=tool["name"],
         window_bytes=tool["window_bytes"], tool_args=tool.get("args", []), cc=variant["cc"],
         delta=variant.get("delta"), qlog=bool(tool.get("qlog", False)),
-        pacing=bool(tool.get("pacing", False)))
+        pacing=bool(tool.get("pacing", False)), buffer_model=model)
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -139,7 +152,13 @@ def mismatches(definition: Mapping[str, Any], meta: Mapping[str, Any]) -> list[s
     except (KeyError, TypeError, ValueError) as e:
         return [f"meta.json lacks or garbles a trial setting ({type(e).__name__}: {e})"]
     out = []
+    want_model = definition.get("buffer_model", buffers.DEFAULT_MODEL)
+    if rec.get("buffer_model", buffers.DEFAULT_MODEL) != want_model:  # either may be absent
+        out.append(f"buffer_model: recorded {rec.get('buffer_model', buffers.DEFAULT_MODEL)!r}, "
+                   f"definition {want_model!r}")
     for key, want in _flat(definition).items():
+        if key == "buffer_model":
+            continue
         got = rec.get(key)
         if key == "delay" and want == "auto" and got in DELAY_MECHANISMS:
             continue
@@ -195,4 +214,5 @@ def describe(definition: Mapping[str, Any]) -> str:
     return (f"{cc}; {tool['name']} window={tool['window_bytes']}{args}; "
             f"duration={t['duration_s']:g}s idle={t['idle_s']:g}s ping={t['ping_interval_s']:g}s "
             f"queue={t['queue_interval_s']:g}s; qfactor={definition['qfactor']:g}; "
+            + (f"buffer {definition['buffer_model']}; " if "buffer_model" in definition else "") +
             f"{definition['testbed']} testbed, delay {definition['delay']}")

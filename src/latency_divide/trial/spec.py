@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from latency_divide import limits
 from latency_divide.config import ToolSettings, Variant
+from latency_divide.links import buffers
 from latency_divide.trial import definition
 from latency_divide.trial.layout import trial_id as _trial_id
 from latency_divide.vocab import CCS, DIRECTIONS, TOOLS
@@ -61,6 +62,8 @@ class TrialSpec:
     #: SCHED_FIFO priority of the tool's two ends (0: the normal scheduler); how the host runs
     #: them, not part of the definition (docs/emulation.md "Emulation health")
     tool_rt_priority: int = 5
+    #: the bottleneck FIFO's model (links.buffers); part of the definition unless the default
+    buffer_model: str = buffers.DEFAULT_MODEL
 
     def __post_init__(self):
         v = self.variant
@@ -86,6 +89,7 @@ class TrialSpec:
                     "repetition"):
             limits.check(key, getattr(self, key))
         limits.check("window_bytes", self.tool.window_bytes, "tool window_bytes")
+        buffers.check_model(self.buffer_model)
 
     @property
     def trial_id(self) -> str:
@@ -100,10 +104,19 @@ class TrialSpec:
             queue_interval_s=self.queue_interval_s, tool_name=self.tool.name,
             window_bytes=self.tool.window_bytes, tool_args=self.tool.args, cc=self.variant.cc,
             delta=self.variant.delta, qlog=self.tool.qlog,
-            pacing=definition.paced(self.tool.name, self.variant.cc))
+            pacing=definition.paced(self.tool.name, self.variant.cc),
+            buffer_model=self.buffer_model)
 
     def definition_id(self, testbed_kind: str = "local") -> str:
         return definition.definition_id(self.definition(testbed_kind))
+
+    def link_plan(self, mechanism: str):
+        """The trial's link plan (links.plan): the household's, with the spec's qfactor and
+        buffer model, and the delay ``mechanism`` the testbed resolved."""
+        from latency_divide.links.plan import make_linkplan
+
+        return make_linkplan(self.household, qfactor=self.qfactor, mechanism=mechanism,
+                             buffer_model=self.buffer_model)
 
 
 def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str,

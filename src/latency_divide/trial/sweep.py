@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+from latency_divide.errors import ConfigError
+from latency_divide.links import buffers
 from latency_divide.trial import definition
 from latency_divide.trial.spec import TrialSpec
 
@@ -30,7 +32,8 @@ def spec_from_config(cfg, household, direction: str, variant: str, repetition: i
                      repetition=repetition, duration_s=t.duration_s, idle_s=t.idle_s,
                      ping_interval_s=t.ping_interval_s, queue_interval_s=t.queue_interval_s,
                      qfactor=cfg.qfactor, tool=cfg.tool_for(v), delay=cfg.testbed.delay,
-                     config_hash=config_hash, tool_rt_priority=cfg.testbed.tool_rt_priority)
+                     config_hash=config_hash, tool_rt_priority=cfg.testbed.tool_rt_priority,
+                     buffer_model=cfg.buffer_model)
 
 
 def nominal_trial_s(cfg) -> float:
@@ -44,6 +47,10 @@ def alone_args(cfg, household: int, direction: str, variant: str, repetition: in
     """The arguments of `latency-divide trial` (after the program) that measure one trial of
     ``cfg`` alone, with the same definition as its workflow's trial: the runs a trial is
     judged against (docs/emulation.md "Emulation health")."""
+    if cfg.buffer_model != buffers.DEFAULT_MODEL:
+        raise ConfigError(f"buffer model {cfg.buffer_model!r}: `latency-divide trial` measures "
+                          f"only the default ({buffers.DEFAULT_MODEL}), so a trial of this config "
+                          "cannot be measured alone with its own definition")
     v = cfg.variant(variant)
     tool = cfg.tool_for(v)
     t = cfg.trial
