@@ -8,7 +8,7 @@ import pytest
 
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.analysis.reader import TrialInvalid, load_trial
-from latency_divide.trial import packs, rawio
+from latency_divide.trial import packbuild, packs, rawio
 
 from conftest import ROOT
 from test_rawio import _as_format4
@@ -39,8 +39,8 @@ def test_a_pack_gives_back_every_file_and_the_same_rows(tmp_path):
     shutil.copytree(tmp_path / "raw", keep)
     def_dir = loose[0].parents[3]
     rows = {d: summarize_trial(d) for d in loose}
-    files = {d: packs.trial_files(d) for d in loose}
-    arc = packs.build(def_dir, loose)
+    files = {d: packbuild.trial_files(d) for d in loose}
+    arc = packbuild.build(def_dir, loose)
     assert arc == def_dir / "packs" / "pack-0001.tar.xz"
     idx = json.loads(packs.index_path(arc).read_text())
     assert set(idx["trials"]) == {packs.trial_key(d) for d in loose}
@@ -61,7 +61,7 @@ def test_a_pack_gives_back_every_file_and_the_same_rows(tmp_path):
         assert rawio.full_meta(d) == rawio.full_meta(keep / d.relative_to(tmp_path / "raw"))
     # the same trials give the same bytes (no time, owner or order that varies)
     again = _loose(tmp_path, "raw2")
-    arc2 = packs.build(again[0].parents[3], list(reversed(again)))
+    arc2 = packbuild.build(again[0].parents[3], list(reversed(again)))
     assert arc2.read_bytes() == arc.read_bytes()
     assert packs.index_path(arc2).read_bytes() == packs.index_path(arc).read_bytes()
 
@@ -72,8 +72,8 @@ def test_which_files_a_packed_trial_has_is_read_from_the_index_not_the_archive(t
     # per trial, which decompressed an archive each time once more packs than the archive cache
     # holds were in turn: minutes of CPU for a question the index answers
     loose = _loose(tmp_path)
-    files = {d: set(packs.trial_files(d)) for d in loose}
-    packs.build(loose[0].parents[3], loose)
+    files = {d: set(packbuild.trial_files(d)) for d in loose}
+    packbuild.build(loose[0].parents[3], loose)
     for d in loose:
         shutil.rmtree(d)
 
@@ -93,10 +93,10 @@ def test_which_files_a_packed_trial_has_is_read_from_the_index_not_the_archive(t
 def test_the_next_pack_takes_the_next_number_and_no_trial_is_packed_twice(tmp_path):
     loose = _loose(tmp_path)
     def_dir = loose[0].parents[3]
-    packs.build(def_dir, loose[:1])
+    packbuild.build(def_dir, loose[:1])
     with pytest.raises(packs.PackError, match="already in .*pack-0001"):
-        packs.build(def_dir, loose[:2])
-    assert packs.build(def_dir, loose[1:]).name == "pack-0002.tar.xz"
+        packbuild.build(def_dir, loose[:2])
+    assert packbuild.build(def_dir, loose[1:]).name == "pack-0002.tar.xz"
     assert len(packs.trials_in(def_dir)) == 3
 
 
@@ -105,13 +105,13 @@ def test_only_two_file_trials_are_packed(tmp_path):
     d = tmp_path / src.relative_to(DEF.parent)
     shutil.copytree(src, d)
     with pytest.raises(packs.PackError, match=r"not a trial of two files .*ping\.log\.gz.*repack"):
-        packs.build(d.parents[3], [d])
+        packbuild.build(d.parents[3], [d])
     assert not (d.parents[3] / "packs").exists()
 
 
 def test_a_damaged_pack_is_named(tmp_path):
     loose = _loose(tmp_path)
-    arc = packs.build(loose[0].parents[3], loose)
+    arc = packbuild.build(loose[0].parents[3], loose)
     for d in loose:
         shutil.rmtree(d)
     data = bytearray(arc.read_bytes())
@@ -122,7 +122,7 @@ def test_a_damaged_pack_is_named(tmp_path):
         load_trial(loose[0])
     # an index that says otherwise than the archive
     good = _loose(tmp_path, "raw2")
-    arc = packs.build(good[0].parents[3], good)
+    arc = packbuild.build(good[0].parents[3], good)
     idx = json.loads(packs.index_path(arc).read_text())
     key = packs.trial_key(good[0])
     idx["trials"][key]["ping.log"][1] = "0" * 64
@@ -132,7 +132,7 @@ def test_a_damaged_pack_is_named(tmp_path):
 
 def test_a_trial_in_no_pack_is_not_a_trial(tmp_path):
     loose = _loose(tmp_path)
-    packs.build(loose[0].parents[3], loose[:2])
+    packbuild.build(loose[0].parents[3], loose[:2])
     shutil.rmtree(loose[2])
     assert rawio.packed(loose[2]) is None
     with pytest.raises(TrialInvalid, match="nor a trial of its definition's packs"):
@@ -146,7 +146,7 @@ def test_a_figure_of_packed_trials_traces_to_the_pack_members(tmp_path):
 
     loose = _loose(tmp_path)
     rows = pd.DataFrame([summarize_trial(d) for d in loose])
-    arc = packs.build(loose[0].parents[3], loose)
+    arc = packbuild.build(loose[0].parents[3], loose)
     for d in loose:
         shutil.rmtree(d)
     fig = tmp_path / "f.pdf"
@@ -165,7 +165,7 @@ def test_a_figure_of_packed_trials_traces_to_the_pack_members(tmp_path):
     (other[0] / "meta.json").write_text(json.dumps(meta))
     arc.unlink()
     packs.index_path(arc).unlink()
-    shutil.copy(packs.build(other[0].parents[3], other), arc)
+    shutil.copy(packbuild.build(other[0].parents[3], other), arc)
     res = verify(fig, root=tmp_path)
     assert [m.split(": ")[0] for m in res.mismatches] == \
         [f"{arc.as_posix()}:{packs.trial_key(other[0])}/meta.json"]
@@ -177,7 +177,7 @@ def test_a_raw_tree_with_packs_is_checked_as_one_of_loose_trials(tmp_path):
     loose = _loose(tmp_path)
     root = tmp_path / "raw"
     assert check_raw_tree(root, tmp_path, keep_published=False) == []
-    packs.build(loose[0].parents[3], loose[:2])
+    packbuild.build(loose[0].parents[3], loose[:2])
     for d in loose[:2]:
         shutil.rmtree(d)
     assert check_raw_tree(root, tmp_path, keep_published=False) == []
@@ -205,7 +205,7 @@ def test_a_pack_missing_a_file_is_named_and_its_trials_are_never_to_be_measured(
 
     loose = _loose(tmp_path)
     def_dir = loose[0].parents[3]
-    arc = packs.build(def_dir, loose)
+    arc = packbuild.build(def_dir, loose)
     for d in loose:
         shutil.rmtree(d)
     metas = [str((d / "meta.json").relative_to(tmp_path)) for d in loose]

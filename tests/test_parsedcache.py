@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from latency_divide.analysis import packing, parsedcache, tables
-from latency_divide.trial import packs
+from latency_divide.trial import packbuild, packs
 
 from conftest import ROOT
 from test_packs import _loose
@@ -24,7 +24,7 @@ def _packed(tmp_path):
     meta = json.loads((loose[1] / "meta.json").read_text())
     meta["health"] = {**meta.get("health", {}), "verdict": "fail", "reasons": ["made up"]}
     (loose[1] / "meta.json").write_text(json.dumps(meta, separators=(",", ":")))
-    arc = packs.build(loose[0].parents[3], loose)
+    arc = packbuild.build(loose[0].parents[3], loose)
     for d in loose:
         shutil.rmtree(d)
     return arc, loose

@@ -40,10 +40,10 @@ def test_published_trials_in_packs_count_as_done(tmp_path):
 
     from test_packs import _loose
 
-    from latency_divide.trial import packs
+    from latency_divide.trial import packbuild, packs
 
     loose = _loose(tmp_path)
-    packs.build(loose[0].parents[3], loose[:2])
+    packbuild.build(loose[0].parents[3], loose[:2])
     for d in loose[:2]:
         shutil.rmtree(d)
     metas = [d / "meta.json" for d in loose] + [loose[0].parent / "rep9" / "meta.json"]

@@ -76,7 +76,7 @@ def check_supersede(raw_root: Path, reason: str | None, pack: bool = True
 
 
 def pack_definition(def_dir: Path, supersede: str | None = None) -> Path | None:
-    """Pack a definition's loose trials of two files (trial.packs.build; older forms stay
+    """Pack a definition's loose trials of two files (trial.packbuild.build; older forms stay
     loose until `latency-divide repack`), check the pack member by member,
     remove the loose trials, then write the pack's parsed cache (:func:`build_cache`, from
     the pack); the new archive, or None when there was nothing to pack. A loose trial whose
@@ -84,12 +84,12 @@ def pack_definition(def_dir: Path, supersede: str | None = None) -> Path | None:
     supersedes the packed trial (trial.packs)."""
     import shutil
 
-    from latency_divide.trial import packs
+    from latency_divide.trial import packbuild, packs
 
     loose = _loose(def_dir)
     if not loose:
         return None
-    archive = packs.build(def_dir, loose, supersede=supersede)
+    archive = packbuild.build(def_dir, loose, supersede=supersede)
     problems = packs.check(archive)
     if problems:
         raise packs.PackError("; ".join(problems))

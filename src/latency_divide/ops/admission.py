@@ -225,9 +225,7 @@ def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
 def spec_rt_cores(spec, testbed: str = "local") -> float:
     """A trial's expected real-time cores by the current cost model, from its spec (what
     trial.run hands testbed.placement)."""
-    from latency_divide.links.plan import make_linkplan
-
-    plan = make_linkplan(spec.household, qfactor=spec.qfactor)
+    plan = spec.link_plan("netem")
     return rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms, spec.tool.window_bytes,
                     spec.tool.name, testbed)
 
@@ -236,9 +234,7 @@ def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
     """How often to measure a trial again after a failed health verdict: ``retries``, or 0
     for a trial this host cannot emulate even alone (:func:`beyond_host`; it would fail the
     same way again, and its retries would crowd the trials beside it), saying so."""
-    from latency_divide.links.plan import make_linkplan
-
-    why = beyond_host(make_linkplan(spec.household, qfactor=spec.qfactor), spec.direction,
+    why = beyond_host(spec.link_plan("netem"), spec.direction,
                       spec.tool.window_bytes, spec.tool.name, testbed)
     if why is None:
         return retries

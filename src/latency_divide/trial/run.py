@@ -29,7 +29,6 @@ from latency_divide.errors import (
     UnhealthyTrial,
 )
 from latency_divide.fsio import write_json_atomic
-from latency_divide.links.plan import make_linkplan
 from latency_divide.parsers.qlog import QlogError, summarize_server_qlog
 from latency_divide.parsers.tool import cc_fallback, parse_tool_log
 from latency_divide.paths import git_revision, repo_root
@@ -153,7 +152,7 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
 
 
 def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
-    plan = make_linkplan(spec.household, qfactor=spec.qfactor, mechanism=found["mechanism"])
+    plan = spec.link_plan(found["mechanism"])  # its qfactor or measured buffer model
     binary = found["binary"]
     ep = endpoints(spec.direction)
     concurrency = spec.concurrency_hint or live_topologies() + 1
