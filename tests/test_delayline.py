@@ -403,11 +403,13 @@ def task_switches(pid: int) -> int:
 
 def test_a_paced_stream_is_released_in_batches_in_order_and_on_time(line, tmp_path,
                                                                    start_delayline):
-    """Frames paced like a 56 Mbit/s link (one 1400-byte frame every 200 µs) share wake-ups:
-    the bridge switches in at most once per two frames (the old design woke two threads
-    per frame), keeps FIFO order, loses nothing, sends no frame earlier than --early-us
-    before its release time, and the one-way delay stays the configured one."""
-    d = start_delayline("--delay-ms", "5", "--window-us", "400")
+    """Frames paced like a 56 Mbit/s link (one 1400-byte frame every 200 µs) share wake-ups
+    when the window may hold several (--frames-per-wake 4; the default 1 keeps the window at
+    one frame time for fidelity): the bridge switches in at most once per two frames (the old
+    design woke two threads per frame), keeps FIFO order, loses nothing, sends no frame
+    earlier than --early-us before its release time, and the one-way delay stays the
+    configured one."""
+    d = start_delayline("--delay-ms", "5", "--window-us", "400", "--frames-per-wake", "4")
     ping_rtts_ms(line, count=3)
     sw0 = task_switches(d.proc.pid)
     got = one_way_ms(line, tmp_path, "a", n=2000, interval_s=0.0002, size=1400)

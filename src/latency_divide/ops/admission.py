@@ -103,6 +103,15 @@ class Costs:
     rt_cores_per_mbit: float
     tool_factor: Mapping[str, float]
     rt_floor_by_tool: Mapping[str, float]
+    #: above this rate each Mbit/s costs ``rt_cores_per_mbit_above`` real-time cores (v2:
+    #: where the release window follows the frame time, the delay line wakes more per frame)
+    rt_knee_mbit: float = math.inf
+    rt_cores_per_mbit_above: float = 0.0
+
+    def rt_rate_cores(self, mbit: float) -> float:
+        """Real-time cores of ``mbit`` carried by tquic-perf (before the tool factor)."""
+        return (self.rt_cores_per_mbit * min(mbit, self.rt_knee_mbit)
+                + self.rt_cores_per_mbit_above * max(0.0, mbit - self.rt_knee_mbit))
 
 
 #: v2 (delay line 0.2's release windows, tquic-perf's GSO and recvmmsg, slow trials on one
@@ -116,6 +125,16 @@ class Costs:
 V2_CORES_PER_MBIT = 0.004
 V2_RT_IDLE_CORES = 0.025
 V2_RT_CORES_PER_MBIT = 0.0045
+#: Above about 60 Mbit/s a frame comes more often than the 200 µs window, and delay line 0.2.1
+#: releases one frame time's worth per wake-up (frames per wake-up 1: a 4-frame window took
+#: Copa δ 0.5 on a 236.5 Mbit/s downlink from 0.92 of the link to 0.42; tools/delayline/
+#: README.md, "The window at high rates"), so its wake-ups grow with the rate. Fitted to the
+#: population's fast downlinks alone on this 2-core host (2026-11-27): 236.5 Mbit/s held
+#: every health bound, 299.7 Mbit/s did not (Cubic: 1.54 real-time cores, the delay line late
+#: by 3.7 ms at p99): 0.0059 per Mbit/s above 60 puts the first below RT_HOST_SHARE x 2 cores
+#: (1.34) and the second above it (1.71).
+V2_RT_KNEE_MBIT = 60.0
+V2_RT_CORES_PER_MBIT_ABOVE = 0.0059
 #: mvfst's tperf is not ours and did not change: its ends cost what they did under v1
 #: (0.0105 x 1.5 per Mbit/s with the delay line, about 0.011 without it), plus v2's delay
 #: line: 2.7 times tquic-perf's v2 rate.
@@ -125,7 +144,7 @@ COSTS: dict[str, Costs] = {
     "v1": Costs(CORES_PER_MBIT, RT_IDLE_CORES, RT_CORES_PER_MBIT, TOOL_FACTOR,
                 RT_FLOOR_CORES_BY_TOOL),
     "v2": Costs(V2_CORES_PER_MBIT, V2_RT_IDLE_CORES, V2_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
-                RT_FLOOR_CORES_BY_TOOL),
+                RT_FLOOR_CORES_BY_TOOL, V2_RT_KNEE_MBIT, V2_RT_CORES_PER_MBIT_ABOVE),
 }
 assert set(COSTS) == set(GENERATIONS)
 
@@ -173,7 +192,7 @@ def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
         return 0.0
     c = costs(generation)
     factor = c.tool_factor.get(tool, max(c.tool_factor.values()))
-    rate_part = c.rt_cores_per_mbit * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
+    rate_part = factor * c.rt_rate_cores(carried_mbit(rate_kbit, rtt_ms, window_bytes))
     return max(c.rt_floor_by_tool.get(tool, 0.0), c.rt_idle_cores + rate_part)
 
 

@@ -82,11 +82,12 @@ pub struct Opts {
     #[arg(long, value_name = "US", env = "DELAYLINE_EARLY_US", value_parser = parse_window_us)]
     pub early_us: Option<Duration>,
 
-    /// Frames one wake-up should release (0..=64, default 4): the window in force is the
+    /// Frames one wake-up should release (0..=64, default 1): the window in force is the
     /// time this many frames take at the rate the line forwards, at most --window-us, so a
-    /// fast line wakes often enough that no batch holds the others back; 0 = always
-    /// --window-us. Also read from DELAYLINE_FRAMES_PER_WAKE.
-    #[arg(long, value_name = "N", default_value_t = 4, env = "DELAYLINE_FRAMES_PER_WAKE",
+    /// fast line's release error stays within about one frame time (a wider window bends
+    /// delay-based senders: README, "Release window"); 0 = always --window-us. Also read
+    /// from DELAYLINE_FRAMES_PER_WAKE.
+    #[arg(long, value_name = "N", default_value_t = 1, env = "DELAYLINE_FRAMES_PER_WAKE",
           value_parser = clap::value_parser!(u32).range(0..=64))]
     pub frames_per_wake: u32,
 
