@@ -91,9 +91,9 @@ def fit(rows: dict) -> None:
     print(f"\nfit over {len(xs)} trials: {np.median(fixed):.2f} s once per trial + running "
           f"cores {run:.4f} + {per_mbit:.5f} x Mbit/s (max |residual| "
           f"{np.abs(resid).max():.4f} cores)")
-    print(f"admission.py:           {admission.FIXED_CPU_S:.2f} s once per trial + running "
-          f"cores {admission.RUN_CORES:.4f} + {admission.CORES_PER_MBIT:.5f} x Mbit/s "
-          "(tquic-perf)")
+    c = admission.costs()  # the current instrument's mean model
+    print(f"admission.py ({admission.CURRENT}): {c.fixed_cpu_s:.2f} s once per trial + running "
+          f"cores {c.run_cores:.4f} + {c.cores_per_mbit:.5f} x Mbit/s (tquic-perf)")
 
 
 def main() -> int:

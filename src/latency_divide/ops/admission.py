@@ -107,6 +107,9 @@ class Costs:
     #: where the release window follows the frame time, the delay line wakes more per frame)
     rt_knee_mbit: float = math.inf
     rt_cores_per_mbit_above: float = 0.0
+    #: the mean model's CPU seconds once per trial and its cores at zero rate
+    fixed_cpu_s: float = FIXED_CPU_S
+    run_cores: float = RUN_CORES
 
     def rt_rate_cores(self, mbit: float) -> float:
         """Real-time cores of ``mbit`` carried by tquic-perf (before the tool factor)."""
@@ -120,9 +123,15 @@ class Costs:
 #: cores at 4.7 Mbit/s on one core (0.046 free to migrate), 0.0033 cores per Mbit/s at 52
 #: Mbit/s and 0.0032 to 0.0045 at 267-280 Mbit/s (the host busy with other developers'
 #: builds); whole 60 s trials 2.3 CPU s at 1 Mbit/s and 2.75 at 5. The constants are above
-#: every one of those (the tail, as v1's): 0.025 + 0.0045 x Mbit/s real-time cores, and
-#: 0.004 cores per Mbit/s beside the fixed part for the mean.
-V2_CORES_PER_MBIT = 0.004
+#: every one of those (the tail, as v1's): 0.025 + 0.0045 x Mbit/s real-time cores.
+#: The mean model refitted to v2's own fresh sweep (2026-11-27, 304 trials, every verdict
+#: passing at the first attempt, at most 1.18 real-time cores beside any trial:
+#: `bench/bench_trial_cpu.py raw` fits 0.71 s once per trial + 0.014 cores + 0.0052 per
+#: Mbit/s): v1's 0.6 s + 0.024 cores asked a slow trial for a quarter more than it used, and
+#: the host stayed 27 % idle. Rounded up: 0.75 s, 0.016 cores, 0.0053 per Mbit/s.
+V2_FIXED_CPU_S = 0.75
+V2_RUN_CORES = 0.016
+V2_MEAN_CORES_PER_MBIT = 0.0053
 V2_RT_IDLE_CORES = 0.025
 V2_RT_CORES_PER_MBIT = 0.0045
 #: Above about 60 Mbit/s a frame comes more often than the 200 µs window, and delay line 0.2.1
@@ -143,8 +152,9 @@ V2_TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 2.7}
 COSTS: dict[str, Costs] = {
     "v1": Costs(CORES_PER_MBIT, RT_IDLE_CORES, RT_CORES_PER_MBIT, TOOL_FACTOR,
                 RT_FLOOR_CORES_BY_TOOL),
-    "v2": Costs(V2_CORES_PER_MBIT, V2_RT_IDLE_CORES, V2_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
-                RT_FLOOR_CORES_BY_TOOL, V2_RT_KNEE_MBIT, V2_RT_CORES_PER_MBIT_ABOVE),
+    "v2": Costs(V2_MEAN_CORES_PER_MBIT, V2_RT_IDLE_CORES, V2_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
+                RT_FLOOR_CORES_BY_TOOL, V2_RT_KNEE_MBIT, V2_RT_CORES_PER_MBIT_ABOVE,
+                V2_FIXED_CPU_S, V2_RUN_CORES),
 }
 assert set(COSTS) == set(GENERATIONS)
 
@@ -206,7 +216,7 @@ def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
     c = costs(generation)
     per_rate = c.cores_per_mbit * c.tool_factor.get(tool, max(c.tool_factor.values()))
     wall_s = busy_s + TRIAL_OVERHEAD_S
-    return (FIXED_CPU_S / wall_s + RUN_CORES
+    return (c.fixed_cpu_s / wall_s + c.run_cores
             + per_rate * carried_mbit(rate_kbit, rtt_ms, window_bytes))
 
 
