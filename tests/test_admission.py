@@ -52,8 +52,8 @@ def test_tperf_trials_ask_for_its_real_time_cost_even_when_slow():
                                   generation="v1") is not None
     # v2 (the current instrument): tperf's ends as before, the delay line's cost cut
     fast = admission.rt_cores(90000, 15.0, None, tool="tperf")
-    assert fast == pytest.approx(admission.V2_RT_IDLE_CORES + 2.7 * (
-        admission.V2_RT_CORES_PER_MBIT * 60 + admission.V2_RT_CORES_PER_MBIT_ABOVE * 30))
+    assert fast == pytest.approx(admission.V2_RT_IDLE_CORES
+                                 + admission.V2_RT_CORES_PER_MBIT * 2.7 * 90)
 
 
 def test_fast_trials_ask_for_their_real_time_cores_with_headroom():
@@ -185,7 +185,7 @@ def test_a_link_beyond_this_host_runs_alone_once_and_says_why():
     huge, fast = link_plan(3000, 420000, 14.5), link_plan(6000, 64046, 20.1)
     why = admission.beyond_host(huge, "downlink", unbound, cpu_count=2)
     assert why is not None and "420.0 Mbit/s" in why and "2 core(s)" in why
-    assert re.search(r"host with (\d+) or more cores", why).group(1) == "3"
+    assert re.search(r"host with (\d+) or more cores", why).group(1) == "4"
     assert admission.beyond_host(huge, "uplink", unbound, cpu_count=2) is None
     assert admission.beyond_host(fast, "downlink", unbound, cpu_count=2) is None
     assert admission.beyond_host(huge, "downlink", unbound, cpu_count=8) is None
@@ -214,9 +214,9 @@ def test_a_link_beyond_this_host_runs_alone_once_and_says_why():
 def test_a_trial_is_judged_by_the_cost_model_of_its_own_instrument():
     """Published trials keep the verdicts of the instrument that measured them: 657938's
     236.5 Mbit/s downlink measured by v1 (delay line 0.1) stays beyond a 2-core host, while
-    the v2 instrument holds it; the current model is v2's. Under v2 the knee at 60 Mbit/s
-    (one frame per wake-up above it) puts the population's 299.7 and 354.5 Mbit/s downlinks
-    beyond 2 cores, as their health verdicts did when measured alone."""
+    the v2 instrument holds it; the current model is v2's, which puts the population's 299.7
+    and 354.5 Mbit/s downlinks beyond 2 cores, as their health verdicts did when measured
+    alone (delay line 0.2.1)."""
     rate, rtt = 236500, 14.5
     assert admission.beyond_cores(rate, rtt, None, cpu_count=2, generation="v1") is not None
     assert admission.beyond_cores(rate, rtt, None, cpu_count=2, generation="v2") is None
@@ -224,9 +224,8 @@ def test_a_trial_is_judged_by_the_cost_model_of_its_own_instrument():
         assert admission.beyond_cores(fast, rtt, None, cpu_count=2, generation="v2") is not None
     assert admission.rt_cores(rate, rtt, None) == admission.rt_cores(rate, rtt, None,
                                                                      generation="v2")
-    # below the knee the v2 model is linear, as fitted at 1-56 Mbit/s
-    assert admission.rt_cores(56000, rtt, None) == pytest.approx(
-        admission.V2_RT_IDLE_CORES + admission.V2_RT_CORES_PER_MBIT * 56)
+    # above what bench_instrument_cost.py measured alone (0.365 cores at 52.4 Mbit/s)
+    assert admission.rt_cores(56000, rtt, None) > 0.365
     assert admission.rt_cores(5000, rtt, None, generation="v2") < \
         admission.rt_cores(5000, rtt, None, generation="v1")
     with pytest.raises(ValueError, match="'v7' is not one of v1, v2"):

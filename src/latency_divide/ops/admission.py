@@ -103,18 +103,9 @@ class Costs:
     rt_cores_per_mbit: float
     tool_factor: Mapping[str, float]
     rt_floor_by_tool: Mapping[str, float]
-    #: above this rate each Mbit/s costs ``rt_cores_per_mbit_above`` real-time cores (v2:
-    #: where the release window follows the frame time, the delay line wakes more per frame)
-    rt_knee_mbit: float = math.inf
-    rt_cores_per_mbit_above: float = 0.0
     #: the mean model's CPU seconds once per trial and its cores at zero rate
     fixed_cpu_s: float = FIXED_CPU_S
     run_cores: float = RUN_CORES
-
-    def rt_rate_cores(self, mbit: float) -> float:
-        """Real-time cores of ``mbit`` carried by tquic-perf (before the tool factor)."""
-        return (self.rt_cores_per_mbit * min(mbit, self.rt_knee_mbit)
-                + self.rt_cores_per_mbit_above * max(0.0, mbit - self.rt_knee_mbit))
 
 
 #: v2 (delay line 0.2's release windows, tquic-perf's GSO and recvmmsg, slow trials on one
@@ -123,7 +114,8 @@ class Costs:
 #: cores at 4.7 Mbit/s on one core (0.046 free to migrate), 0.0033 cores per Mbit/s at 52
 #: Mbit/s and 0.0032 to 0.0045 at 267-280 Mbit/s (the host busy with other developers'
 #: builds); whole 60 s trials 2.3 CPU s at 1 Mbit/s and 2.75 at 5. The constants are above
-#: every one of those (the tail, as v1's): 0.025 + 0.0045 x Mbit/s real-time cores.
+#: every one of those (the tail, as v1's): 0.025 + 0.0045 x Mbit/s real-time cores (0.0065
+#: since delay line 0.2.1, below).
 #: The mean model refitted to v2's own fresh sweep (2026-11-27, 304 trials, every verdict
 #: passing at the first attempt, at most 1.18 real-time cores beside any trial:
 #: `bench/bench_trial_cpu.py raw` fits 0.71 s once per trial + 0.014 cores + 0.0052 per
@@ -133,17 +125,15 @@ V2_FIXED_CPU_S = 0.75
 V2_RUN_CORES = 0.016
 V2_MEAN_CORES_PER_MBIT = 0.0053
 V2_RT_IDLE_CORES = 0.025
-V2_RT_CORES_PER_MBIT = 0.0045
-#: Above about 60 Mbit/s a frame comes more often than the 200 µs window, and delay line 0.2.1
-#: releases one frame time's worth per wake-up (frames per wake-up 1: a 4-frame window took
-#: Copa δ 0.5 on a 236.5 Mbit/s downlink from 0.92 of the link to 0.42; tools/delayline/
-#: README.md, "The window at high rates"), so its wake-ups grow with the rate. Fitted to the
-#: population's fast downlinks alone on this 2-core host (2026-11-27): 236.5 Mbit/s held
-#: every health bound, 299.7 Mbit/s did not (Cubic: 1.54 real-time cores, the delay line late
-#: by 3.7 ms at p99): 0.0059 per Mbit/s above 60 puts the first below RT_HOST_SHARE x 2 cores
-#: (1.34) and the second above it (1.71).
-V2_RT_KNEE_MBIT = 60.0
-V2_RT_CORES_PER_MBIT_ABOVE = 0.0059
+#: Refitted with delay line 0.2.1 (one frame time per wake-up: a 4-frame window took Copa δ 0.5
+#: on a 236.5 Mbit/s downlink from 0.92 of the link to 0.42; tools/delayline/README.md, "The
+#: window at high rates"), whose wake-ups grow with the rate where frames come faster than the
+#: 200 µs cap (bench/bench_instrument_cost.py, 2026-11-27, symmetric links alone: 0.020 cores
+#: at 0.93 Mbit/s, 0.039 at 4.7, 0.365 at 52.4, 1.54 at 279.5; the population's downlinks alone:
+#: 236.5 Mbit/s held every health bound, 299.7 Mbit/s did not, Cubic late by 3.7 ms at p99).
+#: 0.0065 per Mbit/s is above each of those and puts 236.5 Mbit/s under RT_HOST_SHARE x 2 cores
+#: (1.56 of 1.70) and 299.7 above it (1.97).
+V2_RT_CORES_PER_MBIT = 0.0065
 #: mvfst's tperf is not ours and did not change: its ends cost what they did under v1
 #: (0.0105 x 1.5 per Mbit/s with the delay line, about 0.011 without it), plus v2's delay
 #: line: 2.7 times tquic-perf's v2 rate.
@@ -153,8 +143,7 @@ COSTS: dict[str, Costs] = {
     "v1": Costs(CORES_PER_MBIT, RT_IDLE_CORES, RT_CORES_PER_MBIT, TOOL_FACTOR,
                 RT_FLOOR_CORES_BY_TOOL),
     "v2": Costs(V2_MEAN_CORES_PER_MBIT, V2_RT_IDLE_CORES, V2_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
-                RT_FLOOR_CORES_BY_TOOL, V2_RT_KNEE_MBIT, V2_RT_CORES_PER_MBIT_ABOVE,
-                V2_FIXED_CPU_S, V2_RUN_CORES),
+                RT_FLOOR_CORES_BY_TOOL, V2_FIXED_CPU_S, V2_RUN_CORES),
 }
 assert set(COSTS) == set(GENERATIONS)
 
@@ -202,7 +191,7 @@ def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
         return 0.0
     c = costs(generation)
     factor = c.tool_factor.get(tool, max(c.tool_factor.values()))
-    rate_part = factor * c.rt_rate_cores(carried_mbit(rate_kbit, rtt_ms, window_bytes))
+    rate_part = c.rt_cores_per_mbit * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
     return max(c.rt_floor_by_tool.get(tool, 0.0), c.rt_idle_cores + rate_part)
 
 
