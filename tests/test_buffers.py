@@ -13,6 +13,7 @@ import shutil
 import pytest
 import yaml
 from conftest import ROOT
+from test_linkplan import _qdiscs, veth_ns  # noqa: F401 (a fixture)
 
 from latency_divide.analysis.integrity import check_trial
 from latency_divide.cli import main as cli_main
@@ -279,32 +280,16 @@ def test_the_integrity_check_rebuilds_the_plan_with_the_model(tmp_path):
 
 
 @pytest.mark.netns
-def test_the_measured_bfifo_on_real_tc(tmp_path):
-    """The model's FIFO built in a namespace of our own (tests/test_linkplan.py's pattern): the
+def test_the_measured_bfifo_on_real_tc(veth_ns):
+    """The model's FIFO built in a namespace of our own (tests/test_linkplan.py's fixture): the
     kernel's bfifo limit is the model's bytes, the floor included."""
-    import secrets
-
-    from latency_divide.testbed.runners import LocalRunner
-
-    if shutil.which("tc") is None or shutil.which("ip") is None:
-        pytest.fail("tc/ip missing: run scripts/setup.sh")
-    ns = f"ld-{secrets.token_hex(3)}-bf"
-    host = LocalRunner()
-    host.run(["ip", "netns", "add", ns])
-    try:
-        r = LocalRunner(ns)
-        r.run(["ip", "link", "add", "ldbfa", "type", "veth", "peer", "name", "ldbfb"])
-        r.run(["ip", "link", "set", "ldbfa", "up"])
-        for hid in (11406, 27059):
-            plan = make_linkplan(get_household(hid), buffer_model=MBA)
-            for direction in ("uplink", "downlink"):
-                s = plan.shaper(direction)
-                for argv in s.commands("ldbfa"):
-                    r.run(argv)
-                q = {x["kind"]: x for x in json.loads(
-                    r.run(["tc", "-j", "qdisc", "show", "dev", "ldbfa"]).stdout)}
-                assert q["bfifo"]["options"]["limit"] == s.queue_bytes
-                for argv in s.reset_commands("ldbfa"):
-                    r.run(argv)
-    finally:
-        host.run(["ip", "netns", "del", ns], check=False)
+    for hid in (11406, 27059):
+        plan = make_linkplan(get_household(hid), buffer_model=MBA)
+        for direction in ("uplink", "downlink"):
+            s = plan.shaper(direction)
+            for argv in s.commands("ldlpa"):
+                veth_ns.run(argv)
+            q = {x["kind"]: x for x in _qdiscs(veth_ns, "ldlpa")}
+            assert q["bfifo"]["options"]["limit"] == s.queue_bytes
+            for argv in s.reset_commands("ldlpa"):
+                veth_ns.run(argv)
