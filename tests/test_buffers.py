@@ -9,10 +9,11 @@ import csv
 import dataclasses
 import json
 import shutil
+import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, VENV_BIN
 from test_linkplan import _qdiscs, veth_ns  # noqa: F401 (a fixture)
 
 from latency_divide.analysis.integrity import check_trial
@@ -172,9 +173,10 @@ def test_a_measured_model_is_its_own_definition():
     plan = spec.link_plan("netem")
     assert plan.buffer_model == MBA
     assert plan == make_linkplan(get_household(hid, b.buckets), buffer_model=MBA)
-    # measuring such a trial alone is refused (`latency-divide trial` has no model option)
-    with pytest.raises(ConfigError, match="buffer model 'mba-2014'"):
-        alone_args(b, hid, "uplink", "cubic", 1, "/tmp/x")
+    # measuring such a trial alone names the model (`latency-divide trial --buffer-model`)
+    args = alone_args(b, hid, "uplink", "cubic", 1, "/tmp/x")
+    assert args[args.index("--buffer-model") + 1] == MBA
+    assert "--buffer-model" not in alone_args(a, hid, "uplink", "cubic", 1, "/tmp/x")
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -276,6 +278,15 @@ def test_the_integrity_check_rebuilds_the_plan_with_the_model(tmp_path):
     assert check_trial(d) == []
 
 
+def test_a_wrong_model_on_the_command_line_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["trial", "11406", "--direction", "uplink", "--cc", "cubic",
+                  "--buffer-model", "mba2014", "--out", "/nonexistent"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--buffer-model: invalid choice: 'mba2014'" in err and "'mba-2014'" in err
+
+
 # --- the real tc ------------------------------------------------------------------------------
 
 
@@ -293,3 +304,24 @@ def test_the_measured_bfifo_on_real_tc(veth_ns):
             assert q["bfifo"]["options"]["limit"] == s.queue_bytes
             for argv in s.reset_commands("ldlpa"):
                 veth_ns.run(argv)
+
+
+@pytest.mark.netns
+def test_a_measured_trial_alone_has_its_workflow_definition(tmp_path):
+    """`latency-divide trial` with the arguments of a measured-buffer config's trial
+    (trial.sweep.alone_args, as the fidelity checks run it) measures that trial: the same
+    definition id as the workflow's, its link plan's FIFO from the model, a passing verdict."""
+    cfg = load_config(_raw("population-buffers.yaml"))
+    cfg = dataclasses.replace(cfg, trial=dataclasses.replace(cfg.trial, duration_s=3, idle_s=1))
+    hid = 11406
+    args = alone_args(cfg, hid, "uplink", "cubic", 1, tmp_path)
+    res = subprocess.run([str(VENV_BIN / "latency-divide"), *args], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    spec = spec_from_config(cfg, get_household(hid, cfg.buckets), "uplink", "cubic", 1)
+    meta = json.loads((tmp_path / spec.definition_id() / str(hid) / "uplink" / "cubic" / "rep1"
+                       / "meta.json").read_text())
+    assert meta["definition"]["buffer_model"] == MBA
+    want = make_linkplan(get_household(hid), buffer_model=MBA).shaper("uplink").queue_bytes
+    assert meta["linkplan"]["uplink"]["queue_bytes"] == want
+    assert meta["health"]["verdict"] == "pass", meta["health"]["reasons"]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from latency_divide import limits
+from latency_divide.links import buffers
 from latency_divide.errors import ConfigError
 from latency_divide.paths import RAW
 from latency_divide.vocab import CCS, DELAY_CHOICES, DIRECTIONS, ROLE_OF, TOOLS
@@ -27,6 +28,9 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle", type=float, default=5.0, help="idle ping before the transfer, s")
     p.add_argument("--repetition", type=int, default=1, help="repetition number (default 1)")
     p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
+    p.add_argument("--buffer-model", choices=tuple(buffers.MODELS), default=buffers.DEFAULT_MODEL,
+                   help="the FIFO's model (links.buffers): qfactor x BDP (default) or the FCC "
+                   "panel's measured buffers (mba-2014, docs/population.md)")
     p.add_argument("--delay", choices=DELAY_CHOICES, default="auto",
                    help="propagation delay mechanism (default auto: netem if the kernel has it)")
     p.add_argument("--tool", choices=TOOLS, default="tquic-perf")
@@ -73,7 +77,7 @@ def _trial(args) -> int:
             household=get_household(args.household), direction=args.direction, variant=variant,
             repetition=args.repetition, duration_s=args.duration, idle_s=args.idle,
             ping_interval_s=args.ping_interval, queue_interval_s=args.queue_interval,
-            qfactor=args.qfactor, delay=args.delay,
+            qfactor=args.qfactor, buffer_model=args.buffer_model, delay=args.delay,
             tool_rt_priority=args.tool_rt_priority,
             tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
                               args=tuple(args.tool_arg), qlog=args.qlog))

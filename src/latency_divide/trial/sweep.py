@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 
-from latency_divide.errors import ConfigError
 from latency_divide.links import buffers
 from latency_divide.trial import definition
 from latency_divide.trial.spec import TrialSpec
@@ -47,10 +46,6 @@ def alone_args(cfg, household: int, direction: str, variant: str, repetition: in
     """The arguments of `latency-divide trial` (after the program) that measure one trial of
     ``cfg`` alone, with the same definition as its workflow's trial: the runs a trial is
     judged against (docs/emulation.md "Emulation health")."""
-    if cfg.buffer_model != buffers.DEFAULT_MODEL:
-        raise ConfigError(f"buffer model {cfg.buffer_model!r}: `latency-divide trial` measures "
-                          f"only the default ({buffers.DEFAULT_MODEL}), so a trial of this config "
-                          "cannot be measured alone with its own definition")
     v = cfg.variant(variant)
     tool = cfg.tool_for(v)
     t = cfg.trial
@@ -63,6 +58,8 @@ def alone_args(cfg, household: int, direction: str, variant: str, repetition: in
             "--retries", str(t.retries), "--out", str(out)]
     if v.delta is not None:
         args += ["--delta", f"{v.delta:g}"]
+    if cfg.buffer_model != buffers.DEFAULT_MODEL:
+        args += ["--buffer-model", cfg.buffer_model]
     if tool.path:
         args += ["--tool-path", str(tool.binary())]
     if tool.qlog:
