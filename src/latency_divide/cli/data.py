@@ -137,12 +137,13 @@ def _sample_config(args) -> int:
 
 def _linkplan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="household ID")
-    from latency_divide.links.buffers import DEFAULT_MODEL, MODELS
+    from latency_divide.links.buffers import ALLOWED, DEFAULT_MODEL, cli_model
 
     p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
-    p.add_argument("--buffer-model", choices=tuple(MODELS), default=DEFAULT_MODEL,
-                   help="the FIFO's model (links.buffers): qfactor x BDP (default) or the FCC "
-                        "panel's loaded minus idle RTT of the household's technology")
+    p.add_argument("--buffer-model", type=cli_model, default=DEFAULT_MODEL, metavar="MODEL",
+                   help=f"the FIFO's model (links.buffers; {ALLOWED}): qfactor x BDP "
+                        "(default), the FCC panel's loaded minus idle RTT of the household's "
+                        "technology, or N ms of queue at the link's rate")
     p.add_argument("--delay", choices=DELAY_MECHANISMS, default="netem",
                    help="propagation delay mechanism (default netem)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")

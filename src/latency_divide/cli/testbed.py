@@ -28,9 +28,11 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle", type=float, default=5.0, help="idle ping before the transfer, s")
     p.add_argument("--repetition", type=int, default=1, help="repetition number (default 1)")
     p.add_argument("--qfactor", type=float, default=2.0, help="queue size in BDPs (default 2)")
-    p.add_argument("--buffer-model", choices=tuple(buffers.MODELS), default=buffers.DEFAULT_MODEL,
-                   help="the FIFO's model (links.buffers): qfactor x BDP (default) or the FCC "
-                   "panel's measured buffers (mba-2014, docs/population.md)")
+    p.add_argument("--buffer-model", type=buffers.cli_model, default=buffers.DEFAULT_MODEL,
+                   metavar="MODEL",
+                   help=f"the FIFO's model (links.buffers; {buffers.ALLOWED}): qfactor x BDP "
+                   "(default), the FCC panel's measured buffers (mba-2014) or N ms of queue at "
+                   "the link's rate (docs/population.md)")
     p.add_argument("--delay", choices=DELAY_CHOICES, default="auto",
                    help="propagation delay mechanism (default auto: netem if the kernel has it)")
     p.add_argument("--tool", choices=TOOLS, default="tquic-perf")

@@ -45,6 +45,14 @@ and its FIFO ``floor(queue_ms * rate_kbit / 8)`` bytes at the household's own ra
 Checked against the data set (bench/bench_buffer_model.py): the panel's idle medians against
 the households' own ``medianLatency`` by technology. The loaded side cannot be checked: the data
 set has no latency under load.
+
+``queue-<N>ms`` (N a whole number of milliseconds, 1 to 5000, written without leading zeros):
+buffer depth as a factor (issue 41, step 3; docs/population.md "Buffer depth as a factor: the
+sweep"). Each direction's FIFO holds N ms of queue at the household's own rate,
+``floor(N * rate_kbit / 8)`` bytes, at least :data:`MIN_QUEUE_BYTES` (the floor above), for
+every technology, SATELLITE included: no technology or data is looked up, and neither the RTT
+nor ``qfactor`` enters. The name is canonical (``queue-0500ms`` is refused), because a trial
+definition records it and its id hashes it: one depth has one name and so one definition.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -99,15 +108,45 @@ MBA_2014 = MeasuredModel(
     qfactor_fallback=("SATELLITE",),
 )
 
-#: Every model by name: None is the qfactor formula.
+#: Every model by name: None is the qfactor formula. The fixed-delay family ``queue-<N>ms``
+#: is not listed (one name per depth): :func:`fixed_ms` recognises it.
 MODELS: dict[str, MeasuredModel | None] = {DEFAULT_MODEL: None, MBA_2014.name: MBA_2014}
+
+#: The fixed-delay models' range of N (ms of queue at the link's rate), and their form.
+FIXED_MIN_MS, FIXED_MAX_MS = 1, 5000
+FIXED_FORM = f"queue-<N>ms with N in {FIXED_MIN_MS}..{FIXED_MAX_MS}"
+_FIXED_NAME = re.compile(r"queue-([1-9][0-9]*)ms")
+
+#: What a model name may be, as the errors say it.
+ALLOWED = f"{', '.join(MODELS)}, {FIXED_FORM}"
+
+
+def fixed_ms(name) -> int | None:
+    """N of a fixed-delay model's name ``queue-<N>ms`` (N in 1..5000, no leading zeros), else
+    None."""
+    m = _FIXED_NAME.fullmatch(name) if isinstance(name, str) else None
+    if m is None or not FIXED_MIN_MS <= int(m.group(1)) <= FIXED_MAX_MS:
+        return None
+    return int(m.group(1))
 
 
 def check_model(name, key: str = "buffer model") -> str:
     """``name`` if it is a model's name, else ConfigError naming it and the allowed ones."""
-    if not isinstance(name, str) or name not in MODELS:
-        raise ConfigError(f"{key} = {name!r}: not a buffer model; allowed: {', '.join(MODELS)}")
+    if not (isinstance(name, str) and name in MODELS) and fixed_ms(name) is None:
+        raise ConfigError(f"{key} = {name!r}: not a buffer model; allowed: {ALLOWED}")
     return name
+
+
+def cli_model(name: str) -> str:
+    """An argparse ``type=`` for ``--buffer-model``: ``name`` if it is a model's name, else
+    argparse.ArgumentTypeError naming it and the allowed ones (exit status 2)."""
+    import argparse
+
+    try:
+        return check_model(name)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {name!r}: not a buffer model; allowed: {ALLOWED}") from None
 
 
 @functools.lru_cache(maxsize=4)
@@ -149,12 +188,17 @@ def _panel_technology(model: MeasuredModel, technology: str, household_id: int) 
 
 def queue_ms(model_name: str, technology: str, direction: str,
              household_id: int = 0) -> float | None:
-    """A measured model's queueing delay (ms) for a technology and direction: loaded minus
-    idle RTT, rounded to the microsecond the data has; None where the model keeps qfactor x BDP
-    (the qfactor model, and a technology the panel has no number for)."""
-    model = MODELS[check_model(model_name)]
+    """A model's queueing delay (ms) for a technology and direction: a measured model's loaded
+    minus idle RTT, rounded to the microsecond the data has; a fixed model's N (any
+    technology); None where the model keeps qfactor x BDP (the qfactor model, and a technology
+    the panel has no number for)."""
+    check_model(model_name)
     if direction not in DIRECTIONS:
         raise ConfigError(f"direction {direction!r} must be one of {', '.join(DIRECTIONS)}")
+    fixed = fixed_ms(model_name)
+    if fixed is not None:
+        return float(fixed)
+    model = MODELS[model_name]
     if model is None:
         return None
     panel = _panel_technology(model, technology, household_id)
@@ -177,7 +221,7 @@ class Buffer:
     queue_bytes: int
     #: the model's queueing delay (ms at the link's rate), None for qfactor x BDP
     queue_ms: float | None
-    source: str  # one line: the formula or the panel's numbers
+    source: str  # one line: the formula, the panel's numbers or the fixed delay
     floored: bool = False  # raised to MIN_QUEUE_BYTES
 
 
@@ -192,8 +236,16 @@ def qfactor_buffer(qfactor: float, rtt_ms: float, rate_kbit: int, model: str = D
 def buffer(model_name: str, direction: str, rate_kbit: int, rtt_ms: float, qfactor: float,
            technology: str | None = None, household_id: int = 0) -> Buffer:
     """The FIFO of one direction of a link under a model (``technology``: the data set's,
-    needed by a measured model). Raises ConfigError for an unknown model or technology."""
-    model = MODELS[check_model(model_name)]
+    needed by a measured model, not by a fixed one). Raises ConfigError for an unknown model
+    or technology."""
+    check_model(model_name)
+    fixed = fixed_ms(model_name)
+    if fixed is not None:
+        if direction not in DIRECTIONS:
+            raise ConfigError(f"direction {direction!r} must be one of {', '.join(DIRECTIONS)}")
+        return _delay_buffer(model_name, float(fixed), rate_kbit,
+                             f"fixed {fixed} ms of queue at the link's rate")
+    model = MODELS[model_name]
     if model is None:
         return qfactor_buffer(qfactor, rtt_ms, rate_kbit)
     if not isinstance(technology, str):
@@ -207,8 +259,14 @@ def buffer(model_name: str, direction: str, rate_kbit: int, rtt_ms: float, qfact
     source = (f"{panel} {direction} {model.statistic} {model.period_start}: loaded "
               f"{panel_rtt_ms(model, 'latency_under_load', panel, direction):g} - idle "
               f"{panel_rtt_ms(model, 'idle', panel):g} ms")
+    return _delay_buffer(model.name, ms, rate_kbit, source)
+
+
+def _delay_buffer(model_name: str, ms: float, rate_kbit: int, source: str) -> Buffer:
+    """``ms`` of queue at ``rate_kbit``: ``floor(ms * rate_kbit / 8)`` bytes, at least
+    :data:`MIN_QUEUE_BYTES` (then ``floored``, and the source says so)."""
     queue_bytes = math.floor(ms * rate_kbit / 8 + _EPS)
     if queue_bytes < MIN_QUEUE_BYTES:
-        return Buffer(model.name, MIN_QUEUE_BYTES / 125, MIN_QUEUE_BYTES, ms,
+        return Buffer(model_name, MIN_QUEUE_BYTES / 125, MIN_QUEUE_BYTES, ms,
                       f"{source}; floor of {MIN_QUEUE_PACKETS} frames", floored=True)
-    return Buffer(model.name, ms * rate_kbit / 1000, queue_bytes, ms, source)
+    return Buffer(model_name, ms * rate_kbit / 1000, queue_bytes, ms, source)

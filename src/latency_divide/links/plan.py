@@ -9,10 +9,12 @@ Formulas (EXPERIMENT.md, rate in kbit/s, rtt in ms, q in kbit):
 - delay node: ``rtt_ms / 2`` each way (netem, or our userspace ``delayline``).
 
 The FIFO's size comes from a buffer model (links.buffers): ``qfactor``, the formula above and
-the default, or a measured one (``mba-2014``: the panel's loaded minus idle RTT of the
-household's technology and direction, at the household's rate). A plan under the default model
-is exactly what it always was (its ``to_dict`` has no model keys); one under another model
-records ``buffer_model`` and, per direction, ``buffer`` (its delay and source).
+the default, a measured one (``mba-2014``: the panel's loaded minus idle RTT of the
+household's technology and direction, at the household's rate), or a fixed delay
+(``queue-<N>ms``: N ms at the household's rate, whatever its RTT, qfactor and technology).
+A plan under the default model is exactly what it always was (its ``to_dict`` has no model
+keys); one under another model records ``buffer_model`` and, per direction, ``buffer`` (its
+delay and source).
 
 Two facts about ``tc`` (iproute2 6.1, checked on kernel 6.18 by building the qdiscs in a
 namespace and reading back ``tc -j qdisc show``; tests/test_linkplan.py repeats the check):
@@ -263,7 +265,8 @@ class LinkPlan:
             f"# Link plan for household {self.household_id} (latency-divide)",
             f"# rtt {self.rtt_ms:g} ms, qfactor {self.qfactor:g}"
             + (f", buffer model {self.buffer_model}"
-               if self.buffer_model != buffers.DEFAULT_MODEL else ""),
+               if self.buffer_model != buffers.DEFAULT_MODEL else "")
+            + (" (qfactor not used)" if buffers.fixed_ms(self.buffer_model) else ""),
             "# Topology: server (10.10.1.1) --- gateway --- delay --- client (10.10.2.2)",
             "# Run the part for each node on that node, as root.",
             "set -eu",
