@@ -6,9 +6,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from latency_divide.errors import ConfigError
 from latency_divide.testbed import netns, placement
 
 
@@ -84,5 +86,25 @@ def test_placement_can_be_turned_off(state, monkeypatch):
     monkeypatch.setenv("LATENCY_DIVIDE_PLACEMENT", "off")
     before = os.sched_getaffinity(0)
     with placement.placed(0.01) as where:
-        assert where == {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off"}
+        assert where == {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off",
+                         "start_spacing_s": 1.0, "start_wait_s": where["start_wait_s"]}
         assert os.sched_getaffinity(0) == before
+
+
+def test_a_placed_trial_waits_for_the_start_gate(state, monkeypatch):
+    """A local trial passes the host's start gate (testbed.startgate) before its core is
+    chosen, and records its spacing and wait; a trial that is not local does not."""
+    monkeypatch.setenv("LATENCY_DIVIDE_START_SPACING", "0.3")
+    with placement.placed(0.01) as first:
+        pass
+    t0 = time.monotonic()
+    with placement.placed(0.01) as second:
+        assert time.monotonic() - t0 >= 0.25
+    assert first["start_spacing_s"] == second["start_spacing_s"] == 0.3
+    assert first["start_wait_s"] < 0.05 and second["start_wait_s"] >= 0.25
+    with placement.placed(0.01, enabled=False) as where:
+        assert "start_wait_s" not in where
+    monkeypatch.setenv("LATENCY_DIVIDE_START_SPACING", "-1")
+    with pytest.raises(ConfigError, match="LATENCY_DIVIDE_START_SPACING='-1'"):
+        with placement.placed(0.01):
+            pass

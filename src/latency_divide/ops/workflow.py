@@ -44,6 +44,7 @@ def _trial_job(smk, log) -> None:
     from latency_divide.ops.progress import progress
     from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
+    from latency_divide.testbed.startgate import spacing_s
     from latency_divide.trial.layout import META, trial_meta_path
     from latency_divide.trial.meta import live_topologies
     from latency_divide.trial.run import run_trial_with_retries
@@ -54,6 +55,7 @@ def _trial_job(smk, log) -> None:
         print(msg, file=log)
 
     cfg = load_config(dict(smk.config))
+    spacing_s()  # a wrong LATENCY_DIVIDE_START_SPACING stops the job before anything starts
     w = smk.wildcards
     household = get_household(int(w.household), cfg.buckets)
     meta = Path(smk.output.meta)

@@ -1,7 +1,7 @@
 """Remove exactly our leftovers: namespaces named ``ld-<tag>-<role>`` whose owning process
 is gone (and the processes inside them, by the PIDs the kernel lists for those namespaces),
 plus stale owner records and placement records (testbed.placement) of trial jobs that are
-gone. Safe to run any number of times; never touches other names.
+gone, and the start gate's file (testbed.startgate) when no start holds it. Safe to run any number of times; never touches other names.
 (SSH trials: testbed.ssh.clean; abandoned temporary trial directories: trial.run.)
 """
 
@@ -19,6 +19,7 @@ from latency_divide.testbed.netns import (
     remove_namespace,
 )
 from latency_divide.testbed.runners import pid_alive
+from latency_divide.testbed.startgate import clean_gate
 
 
 @dataclass
@@ -95,6 +96,7 @@ def clean(force: bool = False) -> CleanReport:
             rec.unlink(missing_ok=True)
             rep.records_removed.append(rec.name)
     rep.records_removed += clean_placement_records(force)
+    rep.records_removed += clean_gate()
     return rep
 
 

@@ -1,4 +1,5 @@
-"""Which CPU a slow trial runs on: all of its processes on one core.
+"""Which CPU a slow trial runs on (all of its processes on one core), and when a local trial
+starts (testbed.startgate: starts on one host are spaced).
 
 On the virtual machines this runs on, waking a process on the other core costs an
 inter-processor interrupt, and a slow link's frames arrive one at a time: every frame the delay
@@ -27,6 +28,7 @@ from typing import Iterator
 from latency_divide.fsio import write_json_atomic
 from latency_divide.testbed import netns
 from latency_divide.testbed.runners import pid_alive
+from latency_divide.testbed.startgate import spaced_start, spacing_s
 
 #: Trials expected to need at most this many real-time cores are placed on one core
 #: (about 50 Mbit/s carried by tquic-perf under the v2 cost model).
@@ -73,26 +75,29 @@ def choose(rt_cores: float, allowed: set[int] | None = None) -> tuple[int | None
 
 @contextmanager
 def placed(rt_cores: float, enabled: bool = True) -> Iterator[dict]:
-    """Run the body (and every process it starts) on one core chosen by :func:`choose`, with
-    this process's record of it; yields what meta.json records (``placement``). Restores the
-    affinity and removes the record afterwards."""
+    """Wait for this host's start gate (testbed.startgate), then run the body (and every
+    process it starts) on one core chosen by :func:`choose`, with this process's record of
+    it; yields what meta.json records (``placement``: the core, why, and the start's spacing
+    and wait). Restores the affinity and removes the record afterwards."""
     before = os.sched_getaffinity(0)
     if not enabled:
         yield {"cpu": None, "why": "not a local trial"}
         return
+    spacing = spacing_s()  # first: a wrong spacing is an error before any wait
+    start = {"start_spacing_s": spacing, "start_wait_s": round(spaced_start(spacing), 3)}
     if os.environ.get("LATENCY_DIVIDE_PLACEMENT", "on") == "off":
-        yield {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off"}
+        yield {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off", **start}
         return
     cpu, why = choose(rt_cores, before)
     if cpu is None:
-        yield {"cpu": None, "why": why, "rt_cores": round(rt_cores, 4)}
+        yield {"cpu": None, "why": why, "rt_cores": round(rt_cores, 4), **start}
         return
     rec = _records() / f"{os.getpid()}.json"
     rec.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(rec, {"pid": os.getpid(), "cpu": cpu, "rt_cores": rt_cores})
     try:
         os.sched_setaffinity(0, {cpu})
-        yield {"cpu": cpu, "why": why, "rt_cores": round(rt_cores, 4)}
+        yield {"cpu": cpu, "why": why, "rt_cores": round(rt_cores, 4), **start}
     finally:
         os.sched_setaffinity(0, before)
         rec.unlink(missing_ok=True)
