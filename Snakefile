@@ -30,6 +30,8 @@ include: "rules/links.smk"
 include: "rules/provision.smk"
 include: "rules/trials.smk"
 include: "rules/analysis.smk"
+# before figures.smk: its rule `analysis` lists DEPTH_TARGETS
+include: "rules/depth.smk"
 include: "rules/figures.smk"
 
 

@@ -58,4 +58,5 @@ rule analysis:
         analysis_targets(),
         figure_targets(),
         companion_targets(),
+        DEPTH_TARGETS,
     localrule: True

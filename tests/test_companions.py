@@ -25,8 +25,10 @@ def test_the_main_config_names_the_published_companions():
     comps = load_companions(cfg.companions, base=ROOT)
     assert [c.name for c in comps] == ["fast-links", "fast-links-checked", "mvfst",
                                        "mvfst-fast-links", "paper-rerun", "population",
-                                       "population-mvfst"]
-    fast, checked, mvfst, _, rerun, pop, popm = comps
+                                       "population-mvfst", "population-buffers",
+                                       "buffer-depth-100ms", "buffer-depth-200ms",
+                                       "buffer-depth-500ms", "buffer-depth-1000ms"]
+    fast, checked, mvfst, _, rerun, pop, popm, popb, *depths = comps
     # the population study (docs/population.md): its own definitions, none of the run's; with
     # tperf the same trials under other definitions
     assert len(pop.trials) == 2 * 4 * (240 + 2 * 24) and pop.cfg.population is not None
@@ -34,6 +36,16 @@ def test_the_main_config_names_the_published_companions():
     assert [t[1:] for t in popm.trials] == [t[1:] for t in pop.trials]
     assert not {t[0] for t in popm.trials} & {t[0] for t in pop.trials}
     assert popm.cfg.tool.name == "tperf" and popm.cfg.tool.qlog
+    # issue 41: the same trials with the measured buffers, under definitions of their own; the
+    # buffer-depth sweep's uplinks of 40 of those households, 120 trials a depth (each analysed
+    # once all its trials are on disk; rules/depth.smk builds the sweep from them)
+    assert [t[1:] for t in popb.trials] == [t[1:] for t in pop.trials]
+    assert popb.cfg.buffer_model == "mba-2014"
+    assert not {t[0] for t in popb.trials} & {t[0] for t in pop.trials}
+    assert [c.cfg.buffer_model for c in depths] == [f"queue-{n}ms" for n in (100, 200, 500,
+                                                                             1000)]
+    assert all(len(c.trials) == 120 and {t[2] for t in c.trials} == {"uplink"} for c in depths)
+    assert len({t[0] for c in depths for t in c.trials}) == 12
     # the paper's own definitions measured again: repetition 2 of every reference trial
     assert sorted((t[0], t[1], t[2], t[3]) for t in rerun.trials) == \
         sorted((t[0], t[1], t[2], t[3]) for t in trial_ids(cfg))

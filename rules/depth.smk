@@ -1,0 +1,58 @@
+# Buffer depth as a factor (issue 41, step 3; docs/population.md "Buffer depth as a factor: the
+# sweep"): the companions of the sweep (latency_divide.analysis.depth.SWEEP_CONFIGS: the
+# population run's 2 x BDP trials, config/buffer-depth-{100,200,500,1000}ms.yaml and, optional,
+# the measured buffers of config/population-buffers.yaml) -> results/tables/buffer_depth.parquet
+# and figure buffer_depth (PDF, PNG, provenance sidecar). Built only when every required
+# companion is present (COMPANIONS_PRESENT, rules/common.smk: all its trials on disk); the
+# optional one is a step when present. Reads the companions' trials tables (rule
+# companion_tables).
+from latency_divide.analysis.depth import sweep_companions, sweep_households
+
+DEPTH_COMPANIONS, DEPTH_MISSING = sweep_companions(COMPANIONS, COMPANIONS_PRESENT)
+DEPTH_FILES = {
+    "table": "results/tables/buffer_depth.parquet",
+    "pdf": "results/figures/buffer_depth.pdf",
+    "png": "results/figures/buffer_depth.png",
+    "provenance": "results/figures/buffer_depth.provenance.json",
+}
+# named when part of it is on disk (a sweep being measured), silent when none of it is
+_depth_partial = [_c.name for _c in COMPANIONS if _c.configfile in DEPTH_MISSING
+                  and len(_c.missing()) < len(_c.trials)]
+if _depth_partial:
+    print(f"[latency-divide] buffer_depth left out: companion(s) {', '.join(_depth_partial)} "
+          "not all on disk (docs/population.md, \"Buffer depth as a factor: the sweep\")",
+          file=sys.stderr)
+
+# the sweep's table and figure, when its companions are present (`all`, and figures.smk's
+# rule `analysis`)
+DEPTH_TARGETS = list(DEPTH_FILES.values()) if DEPTH_COMPANIONS else []
+
+
+if DEPTH_COMPANIONS:
+
+    rule buffer_depth:
+        input:
+            **{companion_key(_c): table_files(_c.root)["trials"] for _c in DEPTH_COMPANIONS},
+        output:
+            table=DEPTH_FILES["table"],
+            **{ext: report(DEPTH_FILES[ext], caption="../workflow/report/buffer_depth.rst",
+                           category="Figures", subcategory="buffer_depth",
+                           labels={"figure": "buffer_depth", "format": ext.upper()})
+               for ext in ("pdf", "png")},
+            provenance=DEPTH_FILES["provenance"],
+        params:
+            steps=[{"name": _c.name, "buffer_model": _c.cfg.buffer_model,
+                    "qfactor": _c.cfg.qfactor, "trials": table_files(_c.root)["trials"]}
+                   for _c in DEPTH_COMPANIONS],
+            households=sweep_households(DEPTH_COMPANIONS),
+            seed=DEPTH_COMPANIONS[0].cfg.seed,
+        localrule: True
+        conda:
+            "../envs/analysis.yaml"
+        log:
+            "logs/buffer_depth/buffer_depth.log",
+        script:
+            "../workflow/scripts/buffer_depth.py"
+
+
+TARGET_FUNCTIONS.append(lambda: DEPTH_TARGETS)

@@ -1,0 +1,15 @@
+"""Snakemake script (rule buffer_depth): the buffer-depth sweep's trials tables -> its table,
+figure and provenance sidecar (latency_divide.analysis.depth_figure)."""
+import logging
+
+from latency_divide.analysis.depth_figure import build_buffer_depth
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(asctime)s %(message)s")  # noqa: F821
+logging.captureWarnings(True)
+rec = build_buffer_depth(snakemake.params.steps, snakemake.params.households,  # noqa: F821
+                         snakemake.output.table, snakemake.output.pdf,  # noqa: F821
+                         snakemake.output.png, snakemake.output.provenance,  # noqa: F821
+                         seed=snakemake.params.seed)  # noqa: F821
+logging.info("%s: %d trials of %d households in %d steps", snakemake.output.pdf,  # noqa: F821
+             len(rec["trials"]), sum(len(v) for v in rec["households"].values()),
+             len(snakemake.params.steps))  # noqa: F821
