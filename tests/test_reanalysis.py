@@ -98,7 +98,17 @@ def pulled(tmp_path_factory):
 
 #: The population runs (docs/population.md), measured over several sessions and published in
 #: parts as they go: tquic-perf's and mvfst tperf's.
-POPULATION_CONFIGS = ("population.yaml", "population-mvfst.yaml")
+POPULATION_CONFIGS = ("population.yaml", "population-mvfst.yaml", "population-buffers.yaml")
+#: The buffer-depth sweep (issue 41, step 3; docs/population.md): 40 households' uplinks x
+#: cubic, bbr, copa-0.04 at 100, 200, 500 and 1000 ms of queue, complete (4 x 120 trials)
+DEPTH_CONFIGS = tuple(f"buffer-depth-{n}ms.yaml" for n in (100, 200, 500, 1000))
+#: Published trials whose health verdict failed at all three attempts, kept and left out of the
+#: analysis with the reason (exclusions.parquet): the delay line released late (1.1-4.5 ms at
+#: p99) on 0.7-78 Mbit/s uplinks while a full re-parse of the published packs ran beside the
+#: sweep on 2026-11-27 (docs/population.md)
+KEPT_FAILED = {"population-buffers.yaml": {("243236", "uplink", "copa-0.04", "rep2")},
+               "buffer-depth-200ms.yaml": {("1167", "uplink", "copa-0.04", "rep1")},
+               "buffer-depth-1000ms.yaml": {("26604", "uplink", "cubic", "rep1")}}
 #: Published definitions that no config names any more -> their trials: tperf's BBR run
 #: unpaced, which mvfst ran as Cubic (docs/population.md; the config's BBR is paced now)
 RETIRED = {"def-f1f96f89f2": 454}
@@ -121,8 +131,9 @@ def on_disk(clone: Path) -> list[Path]:
 
 def published_trials(clone: Path, population: str | None = None) -> list[Path]:
     """Published trials: the paper's run and its other companions, or (``population``: its
-    config file) a population run's trials published so far."""
-    pop = {c: {t[0] for t in population_trials(c)} for c in POPULATION_CONFIGS}
+    config file) a population run's (or a buffer-depth step's) trials published so far."""
+    pop = {c: {t[0] for t in population_trials(c)}
+           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS)}
     mine = pop[population] if population else set()
     every = set().union(*pop.values(), RETIRED)
     return [t for t in on_disk(clone) if (t.parts[-5] in mine if population
@@ -164,8 +175,16 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
         metas = [json.loads(rawio.read_text(t, "meta.json")) for t in pop]
         assert {m["format_version"] for m in metas} <= {4}
         assert all(m["health"]["verdict"] == "pass" for t, m in zip(pop, metas)
-                   if not (int(t.parts[-4]) in BEYOND_HOST[c] and t.parts[-3] == "downlink"))
+                   if not (int(t.parts[-4]) in BEYOND_HOST[c] and t.parts[-3] == "downlink")
+                   and t.parts[-4:] not in KEPT_FAILED.get(c, set()))
         published[c] = len(pop)
+    # the buffer-depth sweep: complete, every verdict passing but those kept and listed
+    for c in DEPTH_CONFIGS:
+        depth = published_trials(clone, population=c)
+        assert len(depth) == 120
+        failed = {t.parts[-4:] for t in depth
+                  if json.loads(rawio.read_text(t, "meta.json"))["health"]["verdict"] != "pass"}
+        assert failed == KEPT_FAILED.get(c, set()), (c, failed)
     # the retired definitions stay published, each of their trials with the reason it was
     # retired in its own log (the sender ran Cubic, not BBR)
     from latency_divide.parsers.tool import cc_fallback
@@ -197,6 +216,17 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     for f in FIGURES:
         for ext in ("pdf", "png", "provenance.json"):
             assert (clone / f"results/figures/{f}.{ext}").stat().st_size > 0
+    # the buffer-depth sweep: each step analysed as a companion, and the sweep's table and
+    # figure (docs/population.md "Buffer depth as a factor: the sweep")
+    for c in DEPTH_CONFIGS:
+        dt = pq.read_table(clone / f"results/companions/{c.removesuffix('.yaml')}/tables/"
+                           "trials.parquet")
+        assert dt.num_rows == 120 - len(KEPT_FAILED.get(c, ())), c
+    for ext in ("pdf", "png", "provenance.json"):
+        assert (clone / f"results/figures/buffer_depth.{ext}").stat().st_size > 0
+    bd = pq.read_table(clone / "results/tables/buffer_depth.parquet").to_pandas()
+    assert set(bd["step"]) == {"2 x BDP", "100 ms", "200 ms", "500 ms", "1000 ms"}
+    assert set(bd["variant"]) == {"copa-0.04", "bbr"} and (bd["n_households"] >= 39).all()
     tr = pq.read_table(clone / "results/tables/trials.parquet").to_pandas()
     assert len(tr) == 304 and tr["definition_id"].nunique() == 4
     assert (tr["config_hash"] == PUBLISHED_CONFIG_HASH).all()
@@ -240,7 +270,8 @@ TPERF_ONLY = {6210, 27316, 799192, 798416}
 #: with tperf, whose cost per Mbit/s is taken as 1.5 times tquic-perf's, all four and also the
 #: 107-150 Mbit/s ones.
 BEYOND_HOST = {"population.yaml": {797442, 676068},
-               "population-mvfst.yaml": {798212, 657938, 797442, 676068} | TPERF_ONLY}
+               "population-mvfst.yaml": {798212, 657938, 797442, 676068} | TPERF_ONLY,
+               "population-buffers.yaml": {797442, 676068}}
 #: Variants run without a transport-RTT source: tperf's Copa delta 0.5 (its qlog would bend
 #: it, docs/population.md), so no transport RTT and no loss rate.
 NO_QLOG = {"population.yaml": set(), "population-mvfst.yaml": {"copa-0.5"}}
