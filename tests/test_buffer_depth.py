@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT, TEST_DATA, VENV_BIN
+from conftest import ROOT, VENV_BIN
+from test_buffers import in_model_definition
 
 from latency_divide.analysis.integrity import check_trial
 from latency_divide.cli import main as cli_main
@@ -162,16 +162,7 @@ def test_a_plan_and_a_definition_carry_the_fixed_model():
 def test_the_integrity_check_rebuilds_a_fixed_models_plan(tmp_path):
     """A fixture trial moved into a queue-500ms definition: its 2 x BDP plan is a finding, the
     plan the model gives is none (the analysis handles the family like mba-2014)."""
-    src = next((TEST_DATA / "trials").glob("def-*/799254/uplink/cubic/rep1"))
-    defn = dict(json.loads((src.parents[3] / "definition.json").read_text())["definition"])
-    defn["buffer_model"] = Q500
-    def_id = definition.definition_id(defn)
-    d = tmp_path / def_id / "799254" / "uplink" / "cubic" / "rep1"
-    shutil.copytree(src, d)
-    definition.ensure_file(tmp_path / def_id, defn)
-    meta = json.loads((d / "meta.json").read_text())
-    meta["definition"], meta["definition_id"] = defn, def_id
-    (d / "meta.json").write_text(json.dumps(meta))
+    d, defn, meta = in_model_definition(tmp_path, Q500)
     found = [str(f) for f in check_trial(d)]
     # CABLE 1091 kbit/s up: 2 * 26.2835 * 1091 / 8 against 500 * 1091 / 8
     assert any("linkplan.uplink.queue_bytes is 7168; the household and qfactor 2 and buffer "

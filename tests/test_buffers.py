@@ -253,12 +253,12 @@ def test_linkplan_cli_takes_the_model(capsys):
     assert e.value.code == 2 and "invalid choice: 'bogus'" in capsys.readouterr().err
 
 
-def test_the_integrity_check_rebuilds_the_plan_with_the_model(tmp_path):
-    """A trial in a measured model's definition directory: a link plan without the model is a
-    finding (its queue, its recorded model); the plan the model gives is none."""
+def in_model_definition(tmp_path, model: str):
+    """The fixture trial of 799254's uplink (its 2 x BDP plan) moved into the definition of
+    ``model``: (its directory, definition, meta.json)."""
     src = next(FIXTURES.glob("def-*/799254/uplink/cubic/rep1"))
     defn = dict(json.loads((src.parents[3] / "definition.json").read_text())["definition"])
-    defn["buffer_model"] = MBA
+    defn["buffer_model"] = model
     def_id = definition.definition_id(defn)
     d = tmp_path / def_id / "799254" / "uplink" / "cubic" / "rep1"
     shutil.copytree(src, d)
@@ -266,6 +266,13 @@ def test_the_integrity_check_rebuilds_the_plan_with_the_model(tmp_path):
     meta = json.loads((d / "meta.json").read_text())
     meta["definition"], meta["definition_id"] = defn, def_id
     (d / "meta.json").write_text(json.dumps(meta))
+    return d, defn, meta
+
+
+def test_the_integrity_check_rebuilds_the_plan_with_the_model(tmp_path):
+    """A trial in a measured model's definition directory: a link plan without the model is a
+    finding (its queue, its recorded model); the plan the model gives is none."""
+    d, defn, meta = in_model_definition(tmp_path, MBA)
     found = [str(f) for f in check_trial(d)]
     assert any("buffer_model: recorded 'qfactor', definition 'mba-2014'" in f for f in found)
     # CABLE 1091 kbit/s up, RTT 26.2835 ms: 2 * 26.2835 * 1091 / 8 and 393.031 * 1091 / 8
