@@ -23,7 +23,7 @@ from latency_divide.data.households import get_household
 from latency_divide.errors import ConfigError
 from latency_divide.links import buffers
 from latency_divide.links.plan import MTU_BYTES, link_plan, make_linkplan
-from latency_divide.trial import definition
+from latency_divide.trial import definition, rawio
 from latency_divide.trial.spec import TrialSpec
 from latency_divide.trial.sweep import alone_args, spec_from_config, trial_ids
 
@@ -327,8 +327,8 @@ def test_a_measured_trial_alone_has_its_workflow_definition(tmp_path):
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     spec = spec_from_config(cfg, get_household(hid, cfg.buckets), "uplink", "cubic", 1)
-    meta = json.loads((tmp_path / spec.definition_id() / str(hid) / "uplink" / "cubic" / "rep1"
-                       / "meta.json").read_text())
+    meta = rawio.full_meta(tmp_path / spec.definition_id() / str(hid) / "uplink" / "cubic"
+                           / "rep1")  # with the set-up records (the link plan) of its archive
     assert meta["definition"]["buffer_model"] == MBA
     want = make_linkplan(get_household(hid), buffer_model=MBA).shaper("uplink").queue_bytes
     assert meta["linkplan"]["uplink"]["queue_bytes"] == want
