@@ -113,7 +113,7 @@ def test_read_table_rejects_unversioned_or_wrong_table(built, tmp_path):
     pq.write_table(pa.table({"a": [1]}), plain)
     with pytest.raises(LatencyDivideError, match="schema version"):
         read_table(plain)
-    with pytest.raises(LatencyDivideError, match="expected 'summary'"):
+    with pytest.raises(LatencyDivideError, match="table 'trials' schema version .*; this code reads 'summary'"):
         read_table(out / "trials.parquet", "summary")
 
 

@@ -41,19 +41,17 @@ then rename), :data:`DEPTH_SCHEMA`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from latency_divide.analysis.facebook import FACEBOOK, VARIANT_OF
 from latency_divide.analysis.population import BASELINE, MIN_RESAMPLES, percentile_table
+from latency_divide.analysis.schemas import read_versioned, write_versioned
 from latency_divide.errors import LatencyDivideError
-from latency_divide.fsio import atomic_path
 
 #: Version of :data:`DEPTH_SCHEMA`; bump on any change of columns, types or meaning.
 DEPTH_SCHEMA_VERSION = 1
@@ -295,27 +293,13 @@ def depth_table(steps: Sequence[Step], households: Sequence[int], *,
 
 def write_depth_table(df: pd.DataFrame, path: Path | str) -> None:
     """Write the table with :data:`DEPTH_SCHEMA` (name and version in the Parquet metadata);
-    temp file then rename (fsio.atomic_path)."""
-    meta = {b"latency_divide.table": TABLE_NAME.encode(),
-            b"latency_divide.schema_version": str(DEPTH_SCHEMA_VERSION).encode(),
-            b"latency_divide.created_at": datetime.now(timezone.utc).isoformat().encode()}
-    table = pa.Table.from_pandas(df[DEPTH_SCHEMA.names], schema=DEPTH_SCHEMA,
-                                 preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+    temp file then rename (analysis.schemas.write_versioned)."""
+    write_versioned(df, path, DEPTH_SCHEMA, name=TABLE_NAME, version=DEPTH_SCHEMA_VERSION)
 
 
 def read_depth_table(path: Path | str) -> pd.DataFrame:
     """Read the table, checking its name and schema version."""
-    md = pq.read_schema(path).metadata or {}
-    name = md.get(b"latency_divide.table", b"").decode()
-    version = md.get(b"latency_divide.schema_version", b"").decode()
-    if name != TABLE_NAME or version != str(DEPTH_SCHEMA_VERSION):
-        raise LatencyDivideError(
-            f"{path}: table {name or 'unnamed'!r} schema version {version or 'missing'!r}; this "
-            f"code reads {TABLE_NAME!r} version {DEPTH_SCHEMA_VERSION}")
-    return pq.read_table(path).to_pandas()
+    return read_versioned(path, version=DEPTH_SCHEMA_VERSION, name=TABLE_NAME)
 
 
 def sweep_companions(companions, present) -> tuple[list, list]:

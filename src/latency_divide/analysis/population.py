@@ -60,18 +60,16 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from latency_divide.analysis.wquantile import resampled_percentiles, weighted_percentiles
+from latency_divide.analysis.schemas import read_versioned, write_versioned
 from latency_divide.errors import LatencyDivideError
-from latency_divide.fsio import atomic_path
 
 #: Version of :data:`PERCENTILES_SCHEMA`; bump on any change of columns, types or meaning.
 PERCENTILES_SCHEMA_VERSION = 1
@@ -343,27 +341,11 @@ def percentile_table(trials: pd.DataFrame, households: pd.DataFrame | None = Non
 
 def write_percentiles(df: pd.DataFrame, path: Path | str) -> None:
     """Write the percentile table with :data:`PERCENTILES_SCHEMA` (table name and schema version
-    in the Parquet metadata); temp file then rename (fsio.atomic_path)."""
-    meta = {
-        b"latency_divide.table": TABLE_NAME.encode(),
-        b"latency_divide.schema_version": str(PERCENTILES_SCHEMA_VERSION).encode(),
-        b"latency_divide.created_at": datetime.now(timezone.utc).isoformat().encode(),
-    }
-    table = pa.Table.from_pandas(df[PERCENTILES_SCHEMA.names], schema=PERCENTILES_SCHEMA,
-                                 preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+    in the Parquet metadata); temp file then rename (analysis.schemas.write_versioned)."""
+    write_versioned(df, path, PERCENTILES_SCHEMA, name=TABLE_NAME,
+                    version=PERCENTILES_SCHEMA_VERSION)
 
 
 def read_percentiles(path: Path | str) -> pd.DataFrame:
     """Read a percentile table, checking its name and schema version."""
-    path = Path(path)
-    md = pq.read_schema(path).metadata or {}
-    name = md.get(b"latency_divide.table", b"").decode()
-    version = md.get(b"latency_divide.schema_version", b"").decode()
-    if name != TABLE_NAME or version != str(PERCENTILES_SCHEMA_VERSION):
-        raise LatencyDivideError(
-            f"{path}: table {name or 'unnamed'!r} schema version {version or 'missing'!r}; this "
-            f"code reads {TABLE_NAME!r} version {PERCENTILES_SCHEMA_VERSION}")
-    return pq.read_table(path).to_pandas()
+    return read_versioned(path, version=PERCENTILES_SCHEMA_VERSION, name=TABLE_NAME)

@@ -14,7 +14,15 @@ Tables (schema version :data:`SCHEMA_VERSION`, stored in each file's metadata un
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
+
+from latency_divide.errors import LatencyDivideError
+from latency_divide.fsio import atomic_path
 
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
 SCHEMA_VERSION = 5
@@ -163,3 +171,36 @@ SCHEMAS = {
     "throughput": THROUGHPUT_TS_SCHEMA,
     "summary": SUMMARY_SCHEMA,
 }
+
+
+def write_versioned(df: pd.DataFrame, path: Path | str, schema: pa.Schema, *, name: str,
+                    version: int) -> None:
+    """Write ``df``'s columns of ``schema`` as a Parquet table whose metadata names the table
+    (``latency_divide.table``), its schema version (``latency_divide.schema_version``) and when
+    it was written; temp file then rename (fsio.atomic_path). Every table of ours is written
+    so (this module's, analysis.population's percentiles, analysis.depth's buffer depth, ...)."""
+    meta = {
+        b"latency_divide.table": name.encode(),
+        b"latency_divide.schema_version": str(version).encode(),
+        b"latency_divide.created_at": datetime.now(timezone.utc).isoformat().encode(),
+    }
+    table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_versioned(path: Path | str, *, version: int, name: str | None = None,
+                   filters=None) -> pd.DataFrame:
+    """Read a table written by :func:`write_versioned`, checking its schema version and, if
+    ``name`` is given, its table name; a mismatch is an error naming both. ``filters``:
+    pyarrow's row filters (e.g. ``[("household_id", "=", 615016)]``), applied while reading."""
+    path = Path(path)
+    md = pq.read_schema(path).metadata or {}
+    got = md.get(b"latency_divide.table", b"").decode()
+    got_version = md.get(b"latency_divide.schema_version", b"").decode()
+    if got_version != str(version) or (name is not None and got != name):
+        raise LatencyDivideError(
+            f"{path}: table {got or 'unnamed'!r} schema version {got_version or 'missing'!r}; "
+            f"this code reads {name or 'a table'!r} version {version}")
+    return pq.read_table(path, filters=filters).to_pandas()

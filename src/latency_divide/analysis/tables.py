@@ -21,14 +21,12 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from latency_divide.analysis.metrics import _series, beyond_host_of, trial_row
 from latency_divide.analysis.reader import TrialInvalid, TrialSkipped, load_trial
@@ -43,9 +41,10 @@ from latency_divide.analysis.schemas import (
     SUMMARY_SCHEMA,
     THROUGHPUT_TS_SCHEMA,
     TRIALS_SCHEMA,
+    read_versioned,
+    write_versioned,
 )
 from latency_divide.errors import LatencyDivideError
-from latency_divide.fsio import atomic_path
 from latency_divide.trial.layout import TrialPath, parse_trial_path
 
 
@@ -310,31 +309,13 @@ def summary(trials: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(df: pd.DataFrame, path: Path | str, name: str) -> None:
     """Write ``df`` with the typed schema of table ``name``; temp file then rename."""
-    schema = SCHEMAS[name]
-    meta = {
-        b"latency_divide.table": name.encode(),
-        b"latency_divide.schema_version": str(SCHEMA_VERSION).encode(),
-        b"latency_divide.created_at": datetime.now(timezone.utc).isoformat().encode(),
-    }
-    table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+    write_versioned(df, path, SCHEMAS[name], name=name, version=SCHEMA_VERSION)
 
 
 def read_table(path: Path | str, name: str | None = None, filters=None) -> pd.DataFrame:
     """Read a table, checking its schema version (and name, if given); ``filters``: pyarrow's
     row filters (e.g. ``[("household_id", "=", 615016)]``), applied while reading."""
-    path = Path(path)
-    md = pq.read_schema(path).metadata or {}
-    version = md.get(b"latency_divide.schema_version", b"").decode()
-    if version != str(SCHEMA_VERSION):
-        raise LatencyDivideError(f"{path}: table schema version {version or 'missing'!r}; this "
-                                 f"code reads {SCHEMA_VERSION}")
-    got = md.get(b"latency_divide.table", b"").decode()
-    if name is not None and got != name:
-        raise LatencyDivideError(f"{path}: holds table {got!r}, expected {name!r}")
-    return pq.read_table(path, filters=filters).to_pandas()
+    return read_versioned(path, version=SCHEMA_VERSION, name=name, filters=filters)
 
 
 def build_tables(trial_dirs: Sequence[Path | str], out_dir: Path | str, jobs: int = 1,
