@@ -12,6 +12,12 @@ docs/population.md).
 - ``percentiles_buckets``: the same per price bucket (the digital-divide question), one column
   per bucket.
 
+Both draw Facebook's published changes (analysis.facebook, :data:`FACEBOOK`) as open diamonds
+in the uplink panels (Facebook measured uploads; every bucket's uplink panel in the bucket
+figure, the same reference), in the colour of our variant standing for the group
+(:data:`~latency_divide.analysis.facebook.VARIANT_OF`) and at that variant's dodged x
+(:func:`facebook_marks`).
+
 Plot functions take the table and return a ``ggplot`` (no I/O), like analysis.figures.
 """
 
@@ -22,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from latency_divide.analysis.facebook import FACEBOOK, VARIANT_OF
 from latency_divide.analysis.figures import (
     WIDTH_IN,
     FigureError,
@@ -44,6 +51,14 @@ POPULATION_FIGURES = ("percentiles", "percentiles_buckets")
 
 #: Width (percentile points) over which the variants stand side by side at each percentile.
 DODGE = 2.0
+
+#: The direction Facebook measured (uploads): its marks are drawn in these panels only.
+FACEBOOK_DIRECTION = "uplink"
+
+#: What Facebook's mark is (the figures' caption).
+FACEBOOK_CAPTION = ("open diamonds (uplink panels): Facebook's production A/B test, Live video "
+                    "uploads (IETF 106),\nbeside our variant for its group: Copa δ 0.04 as "
+                    "copa-0.04, BBR as bbr")
 
 #: Facet labels of the metrics (trials-table columns), in Facebook's order.
 METRIC_LABELS = {
@@ -83,6 +98,36 @@ def _frame(pct: pd.DataFrame, buckets: bool) -> pd.DataFrame:
     return d
 
 
+def facebook_marks(d: pd.DataFrame, offset: dict[str, float], buckets: bool,
+                   published=FACEBOOK) -> pd.DataFrame:
+    """Facebook's published changes as rows of the figure's frame ``d`` (:func:`_frame`): one per
+    number of ``published`` whose variant (``VARIANT_OF``) and metric are in ``d``, in the
+    uplink panels only (with ``buckets``, once per bucket that has an uplink panel), at
+    ``x`` = percentile + the variant's dodge ``offset``, ``change_pct`` = 100 x the change."""
+    up = d[d["direction"].astype(str) == FACEBOOK_DIRECTION]
+    labels = {str(m) for m in up["metric"]}
+    variants = {str(v) for v in up["variant"]}
+    rows = [{"metric": METRIC_LABELS[fb.metric], "percentile": float(fb.percentile),
+             "group": fb.variant, "variant": VARIANT_OF[fb.variant],
+             "change_pct": 100 * fb.change,
+             "x": float(fb.percentile) + offset[VARIANT_OF[fb.variant]]}
+            for fb in published
+            if METRIC_LABELS.get(fb.metric) in labels and VARIANT_OF.get(fb.variant) in variants]
+    m = pd.DataFrame(rows, columns=["metric", "percentile", "group", "variant", "change_pct", "x"])
+    m = m.assign(direction=FACEBOOK_DIRECTION)
+    if buckets:  # the same reference in every bucket's uplink panel
+        bs = pd.DataFrame({"bucket": [b for b in d["bucket"].cat.categories
+                                      if b in set(up["bucket"].astype(str))]})
+        m = m.merge(bs, how="cross")
+        m = _cat(m, "bucket", list(d["bucket"].cat.categories))
+    m = _cat(m, "metric", list(d["metric"].cat.categories))
+    if isinstance(d["variant"].dtype, pd.CategoricalDtype):
+        m = _cat(m, "variant", list(d["variant"].cat.categories))
+    if isinstance(d["direction"].dtype, pd.CategoricalDtype):
+        m = _cat(m, "direction", list(d["direction"].cat.categories))
+    return m
+
+
 def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
     """Change against Cubic (%) per percentile; ``buckets``: one column per price bucket."""
     from plotnine import (
@@ -116,6 +161,7 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
     # one group for every bar of a panel: plotnine draws a geom's groups one by one, and the
     # bars, coloured row by row, need no more (the lines keep a group per variant)
     ci = d[np.isfinite(d["lo_pct"]) & np.isfinite(d["hi_pct"])].assign(bars=0)
+    fb = facebook_marks(d, offset, buckets)
     return (
         ggplot(d, aes("x", "change_pct", colour="variant", group="variant"))
         # Facebook's "best connections" (p10-p50) and "worst connections" (p75-p95)
@@ -127,10 +173,13 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
         + geom_line()
         + geom_point(size=1.2)
         + geom_errorbar(ci, aes(ymin="lo_pct", ymax="hi_pct", group="bars"), width=0.75 * step)
+        # Facebook's published numbers: open diamonds over our point, outside the legend
+        + geom_point(fb, shape="D", fill="none", size=3.2, stroke=0.8, show_legend=False)
         + scale_x_continuous(breaks=pcts, labels=[f"p{int(round(p))}" for p in pcts])
         + facet_grid(facets, scales="free_y")
         + labs(x="percentile across households (green: best p10-p50, red: worst p75-p95)",
-               y=f"change against {BASELINE} (%)", colour="variant")
+               y=f"change against {BASELINE} (%)", colour="variant",
+               caption=FACEBOOK_CAPTION)
         + _theme()
         + theme(axis_text_x=element_text(rotation=45, ha="right", size=7))
     )
