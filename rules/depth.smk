@@ -56,3 +56,40 @@ if DEPTH_COMPANIONS:
 
 
 TARGET_FUNCTIONS.append(lambda: DEPTH_TARGETS)
+
+
+# The answer side by side (issue 41, step 4; docs/population.md "The answer, side by side"):
+# every row of Facebook's table beside our change against Cubic under 2 x BDP and under the
+# measured buffers, per tool and direction (latency_divide.analysis.answer: PAIRS, the two
+# population runs of one tool) -> results/tables/buffers_answer.{parquet,md}. Built when both
+# runs of a pair are present; reads their percentile tables (rule companion_tables).
+from latency_divide.analysis.answer import answer_pairs
+
+ANSWER_PAIRS = answer_pairs(COMPANIONS, COMPANIONS_PRESENT)
+ANSWER_FILES = {"table": "results/tables/buffers_answer.parquet",
+                "markdown": "results/tables/buffers_answer.md"}
+ANSWER_TARGETS = list(ANSWER_FILES.values()) if ANSWER_PAIRS else []
+
+
+if ANSWER_PAIRS:
+
+    rule buffers_answer:
+        input:
+            **{companion_key(_c): percentile_files(_c.root, _c.cfg)["percentiles"]
+               for _pair in ANSWER_PAIRS for _c in _pair},
+        output:
+            **ANSWER_FILES,
+        params:
+            runs=[{"name": _c.name, "buffer_model": _c.cfg.buffer_model,
+                   "percentiles": percentile_files(_c.root, _c.cfg)["percentiles"]}
+                  for _pair in ANSWER_PAIRS for _c in _pair],
+        localrule: True
+        conda:
+            "../envs/analysis.yaml"
+        log:
+            "logs/buffers_answer/buffers_answer.log",
+        script:
+            "../workflow/scripts/buffers_answer.py"
+
+
+TARGET_FUNCTIONS.append(lambda: ANSWER_TARGETS)

@@ -59,4 +59,5 @@ rule analysis:
         figure_targets(),
         companion_targets(),
         DEPTH_TARGETS,
+        ANSWER_TARGETS,
     localrule: True
