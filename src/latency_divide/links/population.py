@@ -63,6 +63,7 @@ from typing import Sequence
 
 from latency_divide.data.buckets import Bucket, bucket_of, validate_buckets
 from latency_divide.errors import ConfigError
+from latency_divide.links import drawcache
 
 #: The data set's weight columns and what each is; only ``weight`` weights a household.
 WEIGHT_COLUMNS: dict[str, str] = {
@@ -218,22 +219,30 @@ def population_draw(spec: PopulationSample, buckets: Sequence[Bucket], seed: int
     stated exclusions, sorted into ``buckets`` by price (module docstring). Deterministic for
     the seed, data, buckets and qfactor."""
     from latency_divide import limits
-    from latency_divide.data.source import _data_path
+    from latency_divide.data.source import _data_path, unique_rows
 
     limits.check("sample", spec.n, "households.population_sample.n")
     limits.check("seed", seed)
     buckets = tuple(Bucket(b.name, b.min_usd, b.max_usd) for b in buckets)  # ids not used
     validate_buckets(buckets, population=True)
-    import numpy as np
-
     spans = tuple((b.name, b.min_usd, b.max_usd) for b in buckets)
-    eligible, excluded = _eligibility(_data_path(data).resolve(), spans, spec.weight,
-                                      float(qfactor))
+    path = _data_path(data).resolve()
+    key = drawcache.draw_key(path, {"sample": spec.to_dict(), "buckets": spans,
+                                    "seed": int(seed), "qfactor": float(qfactor)})
+    cached = drawcache.load(key)
+    if cached is not None:  # the same draw by an earlier process (links.drawcache)
+        rows = unique_rows(path)
+        return PopulationDraw(spec, seed, buckets, tuple(cached["drawn"]), cached["by_bucket"],
+                              tuple(cached["repeated"]), tuple(rows[i] for i in cached["eligible"]),
+                              tuple((rows[i], why) for i, why in cached["excluded"]))
+    eligible, excluded = _eligibility(path, spans, spec.weight, float(qfactor))
     if spec.n > len(eligible):
         raise ConfigError(
             f"households.population_sample.n = {spec.n}: allowed is 1 to {len(eligible)}, the"
             f" households of the data set that can be drawn ({len(excluded)} excluded; "
             "`latency-divide sample --config FILE` lists them)")
+    import numpy as np
+
     weights = np.array([row[spec.weight] for row in eligible], dtype=float)
     drawn = tuple(int(eligible[i]["unit_id"]) for i in _systematic_pps(weights, spec.n, seed))
     price = {int(r["unit_id"]): r["monthly.charge"] for r in eligible}
@@ -246,6 +255,8 @@ def population_draw(spec: PopulationSample, buckets: Sequence[Bucket], seed: int
         rng = np.random.default_rng([seed, REPEAT_STREAM])
         chosen = {int(i) for i in rng.choice(spec.n, k, replace=False)}
         repeated = tuple(h for i, h in enumerate(drawn) if i in chosen)
+    drawcache.store(key, drawn, by_bucket, repeated, [int(r["unit_id"]) for r in eligible],
+                    [(int(r["unit_id"]), why) for r, why in excluded])
     return PopulationDraw(spec, seed, buckets, drawn, by_bucket, repeated, eligible, excluded)
 
 

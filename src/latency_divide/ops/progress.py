@@ -10,6 +10,7 @@ from the trial's nominal length), times the number of trials that run at once.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,14 +65,21 @@ def progress(expected_metas: list[str | Path], start_file: Path | None, per_tria
     start = run_start(start_file) if start_file else None
     done = 0
     done_this_run = 0
+    packed: dict[str, dict] = {}  # definition directory -> its packed trials, read once
     for m in expected_metas:
-        p = Path(m)
+        m = os.fspath(m)
         try:
-            st = p.stat()
+            st = os.stat(m)
         except FileNotFoundError:
             # a published trial in its definition's pack has no meta.json of its own: it is
             # complete (and the workflow never measures it), measured by an earlier run
-            done += packs.find(p.parent) is not None
+            trial_dir = Path(m).parent
+            if len(trial_dir.parts) >= 5:
+                def_dir = trial_dir.parents[3]
+                key = os.fspath(def_dir)
+                if key not in packed:
+                    packed[key] = packs.trials_in(def_dir)
+                done += packs.trial_key(trial_dir) in packed[key]
             continue
         done += 1
         if start is not None and st.st_mtime >= start:

@@ -37,31 +37,25 @@ def run_trial_job(smk) -> None:
         _trial_job(smk, log)
 
 
-def _trial_job(smk, log) -> None:
+def plan_trial(config: dict, wildcards, meta: Path) -> tuple:
+    """What a trial job does before its trial (bench/bench_trial_job.py measures its CPU): the
+    config loaded and checked, the trial's spec (its definition must be the one in the path),
+    and the progress line. Returns (cfg, spec, raw root, progress line)."""
     from latency_divide.config import config_hash, load_config
     from latency_divide.data.households import get_household
-    from latency_divide.ops.admission import retries_for, spec_rt_cores
     from latency_divide.ops.progress import progress
-    from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
-    from latency_divide.testbed.factory import open_testbed
     from latency_divide.testbed.startgate import spacing_s
-    from latency_divide.trial.layout import META, trial_meta_path
+    from latency_divide.trial.layout import trial_meta_path
     from latency_divide.trial.meta import live_topologies
-    from latency_divide.trial.run import run_trial_with_retries
     from latency_divide.trial.sweep import nominal_trial_s, spec_from_config, trial_ids
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-        print(msg, file=log)
-
-    cfg = load_config(dict(smk.config))
+    cfg = load_config(dict(config))
     spacing_s()  # a wrong LATENCY_DIVIDE_START_SPACING stops the job before anything starts
-    w = smk.wildcards
+    w = wildcards
     household = get_household(int(w.household), cfg.buckets)
-    meta = Path(smk.output.meta)
     raw_root = meta.parents[5]
     spec = spec_from_config(cfg, household, w.direction, w.variant, int(w.rep),
-                            config_hash=config_hash(dict(smk.config)))
+                            config_hash=config_hash(dict(config)))
     wanted = spec.definition_id(cfg.testbed.kind)
     if wanted != w.definition:
         raise SystemExit(f"[latency-divide] {meta}: this config defines variant {w.variant!r} "
@@ -70,8 +64,25 @@ def _trial_job(smk, log) -> None:
     expected = [trial_meta_path(raw_root, *t) for t in trial_ids(cfg)]
     # before the first trial of the run ends, trials running now stand in for the parallelism
     running = live_topologies()
-    say(progress(expected, RUN_START, nominal_trial_s(cfg), parallel=running + 1,
-                 running=running).line(f"{wanted}/{spec.trial_id}"))
+    line = progress(expected, RUN_START, nominal_trial_s(cfg), parallel=running + 1,
+                    running=running).line(f"{wanted}/{spec.trial_id}")
+    return cfg, spec, raw_root, line
+
+
+def _trial_job(smk, log) -> None:
+    from latency_divide.ops.admission import retries_for, spec_rt_cores
+    from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
+    from latency_divide.testbed.factory import open_testbed
+    from latency_divide.trial.layout import META
+    from latency_divide.trial.run import run_trial_with_retries
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+        print(msg, file=log)
+
+    meta = Path(smk.output.meta)
+    cfg, spec, raw_root, line = plan_trial(smk.config, smk.wildcards, meta)
+    say(line)
     try:
         with open_testbed(cfg.testbed.kind, cfg.testbed.inventory, any_free_slice=True,
                           log=say) as testbed:
