@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,17 @@ VENV_BIN = ROOT / ".venv" / "bin"
 #: Captured tool output (ping, qlog, queue, tool) and fixture trials (trials).
 TEST_DATA = ROOT / "tests" / "data"
 DATA_CSV = ROOT / "resources" / "digitaldivide" / "household-internet-data.csv"
+
+
+#: The population draws the tests make are kept in a cache of their own (links.drawcache), not in
+#: the user's (~/.cache/latency-divide), and removed at the end (pytest_unconfigure).
+TEST_CACHE = Path(tempfile.gettempdir()) / f"ld-test-cache-{os.getpid()}"
+os.environ["LATENCY_DIVIDE_CACHE_DIR"] = str(TEST_CACHE)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if os.getpid() == int(TEST_CACHE.name.rsplit("-", 1)[1]):
+        shutil.rmtree(TEST_CACHE, ignore_errors=True)
 
 
 #: A test outside the ``slow`` tier may take this long (set-up and call, s), no longer.

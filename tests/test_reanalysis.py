@@ -225,7 +225,8 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     for ext in ("pdf", "png", "provenance.json"):
         assert (clone / f"results/figures/buffer_depth.{ext}").stat().st_size > 0
     bd = pq.read_table(clone / "results/tables/buffer_depth.parquet").to_pandas()
-    assert set(bd["step"]) == {"2 x BDP", "100 ms", "200 ms", "500 ms", "1000 ms"}
+    measured = {"measured (mba-2014)"} if published["population-buffers.yaml"] == 2304 else set()
+    assert set(bd["step"]) == {"2 x BDP", "100 ms", "200 ms", "500 ms", "1000 ms"} | measured
     assert set(bd["variant"]) == {"copa-0.04", "bbr"} and (bd["n_households"] >= 39).all()
     tr = pq.read_table(clone / "results/tables/trials.parquet").to_pandas()
     assert len(tr) == 304 and tr["definition_id"].nunique() == 4
@@ -256,6 +257,19 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     for c, n in published.items():
         if n == 2304:
             _population_analysed(clone, env, c)
+    # Facebook's table beside 2 x BDP and the measured buffers (docs/population.md "The answer,
+    # side by side"), once both runs of a tool are complete
+    answer = clone / "results/tables/buffers_answer"
+    if published["population-buffers.yaml"] == 2304:
+        ans = pq.read_table(answer.with_suffix(".parquet")).to_pandas()
+        assert len(ans) == 2 * 2 * 12 and set(ans["tool"]) == {"tquic-perf"}
+        assert set(ans["buffer_model"]) == {"qfactor", "mba-2014"}
+        assert set(ans["direction"]) == {"uplink", "downlink"}
+        assert (ans["n_households"] >= 200).all()
+        md = answer.with_suffix(".md").read_text()
+        assert "## tquic-perf, uplinks" in md and "| transport RTT | p90 | copa | -38 % |" in md
+    else:
+        assert not answer.with_suffix(".parquet").exists()
     # the same command again: nothing to do
     again = run([SNAKEMAKE, "--cores", "1", "all"], clone, env)
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -274,7 +288,8 @@ BEYOND_HOST = {"population.yaml": {797442, 676068},
                "population-buffers.yaml": {797442, 676068}}
 #: Variants run without a transport-RTT source: tperf's Copa delta 0.5 (its qlog would bend
 #: it, docs/population.md), so no transport RTT and no loss rate.
-NO_QLOG = {"population.yaml": set(), "population-mvfst.yaml": {"copa-0.5"}}
+NO_QLOG = {"population.yaml": set(), "population-mvfst.yaml": {"copa-0.5"},
+           "population-buffers.yaml": set()}
 
 
 def _population_analysed(clone: Path, env, config: str) -> None:
@@ -290,8 +305,13 @@ def _population_analysed(clone: Path, env, config: str) -> None:
     # cannot emulate even alone (README "Links beyond the host"), all four variants of each
     assert len(pt) + len(ex) == 2304 and pt["household_id"].nunique() == 240
     beyond = BEYOND_HOST[config]
-    assert set(ex["household_id"]) == beyond and len(ex) == 4 * len(beyond), name
-    assert set(ex["direction"]) == {"downlink"}
+    kept = KEPT_FAILED.get(config, set())  # failed at every attempt, kept and listed
+    is_kept = [(str(h), d, v, f"rep{r}") in kept for h, d, v, r in
+               zip(ex["household_id"], ex["direction"], ex["variant"], ex["repetition"])]
+    assert sum(is_kept) == len(kept), name
+    host = ex[[not k for k in is_kept]]
+    assert set(host["household_id"]) == beyond and len(host) == 4 * len(beyond), name
+    assert set(host["direction"]) == {"downlink"}
     assert ex["reason"].str.startswith(("beyond the host it ran on: ",
                                         "emulation health failed: ")).all()
     assert pt["definition_id"].nunique() == 4
