@@ -127,8 +127,8 @@ def _clean(args) -> int:
         print(f"removed namespace {ns}")
     for ns in rep.in_use:
         print(f"kept {ns}: its owner is still running (use --force to remove)")
-    for r in rep.records_removed:
-        print(f"removed stale owner record {r}")
+    for r in rep.records_removed:  # owner records, placement records, the start gate's file
+        print(f"removed stale state file {r} (no live trial job holds it)")
     for d in rep.tmp_removed:
         print(f"removed abandoned temporary trial directory {d}")
     for m in marks:
