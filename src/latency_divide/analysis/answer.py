@@ -73,23 +73,26 @@ def answer_pairs(companions, present) -> list[tuple]:
 
 def answer_table(runs: Sequence[tuple[str, str, pd.DataFrame]]) -> pd.DataFrame:
     """The side-by-side table of ``runs``: (run name, buffer model, its percentiles table),
-    each with one tool. Runs of one tool must cover the same directions."""
-    rows = []
-    tools: dict[str, tuple[str, set]] = {}
+    each with one tool. A tool's rows cover the directions all of its runs have (mvfst's
+    measured buffers are run on uplinks only, Facebook's case)."""
+    tools: dict[str, list] = {}
     for run, model, pct in runs:
         found = sorted(pct["tool"].unique())
         if len(found) != 1:
             raise AnswerInputError(f"run {run}: its percentile table has tools {found}; one")
-        tool, directions = found[0], set(pct["direction"])
-        first = tools.setdefault(tool, (run, directions))
-        if first[1] != directions:
+        tools.setdefault(found[0], []).append((run, model, pct))
+    rows = []
+    for tool, its in tools.items():
+        directions = set.intersection(*(set(pct["direction"]) for _, _, pct in its))
+        if not directions:
             raise AnswerInputError(
-                f"runs {first[0]} and {run} ({tool}) have directions {sorted(first[1])} and "
-                f"{sorted(directions)}: the same households and directions are compared")
-        for direction in sorted(directions):
-            sbs = side_by_side(pct, direction=direction, tool=tool)
-            rows.append(sbs.rename(columns={"ours": "change", "agrees": "facebook_inside"})
-                        .assign(tool=tool, direction=direction, buffer_model=model, run=run))
+                f"runs {', '.join(r for r, _, _ in its)} ({tool}) share no direction: "
+                + "; ".join(f"{r}: {', '.join(sorted(set(p['direction'])))}" for r, _, p in its))
+        for run, model, pct in its:
+            for direction in sorted(directions):
+                sbs = side_by_side(pct, direction=direction, tool=tool)
+                rows.append(sbs.rename(columns={"ours": "change", "agrees": "facebook_inside"})
+                            .assign(tool=tool, direction=direction, buffer_model=model, run=run))
     if not rows:
         raise AnswerInputError("no run to set side by side")
     out = pd.concat(rows, ignore_index=True)
