@@ -26,9 +26,9 @@ def test_the_main_config_names_the_published_companions():
     assert [c.name for c in comps] == ["fast-links", "fast-links-checked", "mvfst",
                                        "mvfst-fast-links", "paper-rerun", "population",
                                        "population-mvfst", "population-buffers",
-                                       "buffer-depth-100ms", "buffer-depth-200ms",
+                                       "population-mvfst-buffers", "buffer-depth-100ms", "buffer-depth-200ms",
                                        "buffer-depth-500ms", "buffer-depth-1000ms"]
-    fast, checked, mvfst, _, rerun, pop, popm, popb, *depths = comps
+    fast, checked, mvfst, _, rerun, pop, popm, popb, popmb, *depths = comps
     # the population study (docs/population.md): its own definitions, none of the run's; with
     # tperf the same trials under other definitions
     assert len(pop.trials) == 2 * 4 * (240 + 2 * 24) and pop.cfg.population is not None
@@ -42,6 +42,12 @@ def test_the_main_config_names_the_published_companions():
     assert [t[1:] for t in popb.trials] == [t[1:] for t in pop.trials]
     assert popb.cfg.buffer_model == "mba-2014"
     assert not {t[0] for t in popb.trials} & {t[0] for t in pop.trials}
+    # mvfst's tperf with the measured buffers: the uplinks of tperf's population trials
+    assert sorted(t[1:] for t in popmb.trials) == sorted(t[1:] for t in popm.trials
+                                                      if t[2] == "uplink")
+    assert len(popmb.trials) == 4 * (240 + 2 * 24) and popmb.cfg.tool.name == "tperf"
+    assert popmb.cfg.buffer_model == "mba-2014"
+    assert not {t[0] for t in popmb.trials} & {t[0] for t in popm.trials}
     assert [c.cfg.buffer_model for c in depths] == [f"queue-{n}ms" for n in (100, 200, 500,
                                                                              1000)]
     assert all(len(c.trials) == 120 and {t[2] for t in c.trials} == {"uplink"} for c in depths)
