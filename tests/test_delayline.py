@@ -109,6 +109,9 @@ class Line:
                        "peer", "name", self.if_da, "netns", ns["d"]])
         self.host.run(["ip", "link", "add", self.if_b, "netns", ns["b"], "type", "veth",
                        "peer", "name", self.if_db, "netns", ns["d"]])
+        for role in ("a", "d", "b"):  # no IPv6 chatter (DAD, MLD, RS) beside the test's frames:
+            # a lone ping must be alone in the line (test_an_idle_ping_is_not_sent_early)
+            self.runner(role).run(["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])
         for role, dev in self.ends():
             self.runner(role).run(["ethtool", "-K", dev, *OFFLOADS_OFF])
             self.runner(role).run(["ip", "link", "set", dev, "up"])
