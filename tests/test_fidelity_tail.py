@@ -49,7 +49,8 @@ ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink"), (27337, 
 #: Trials start 1 s apart on one host (testbed.startgate): with every admitted trial starting
 #: at once, about 1 Copa δ 0.8 downlink in 7 per sweep overshot in its slow start where 3-22
 #: runs alone never did (797760: 444 packets lost, self-delay 11.1 ms against 6.4-7.0 alone;
-#: bench/bench_start_spacing.py). 30 s transfers keep 25 or more at once with spaced starts.
+#: bench/bench_start_spacing.py). 30 s transfers keep 22 or more at once with spaced starts
+#: (24-28 seen).
 DURATION, IDLE = 30, 3
 
 
