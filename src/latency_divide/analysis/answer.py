@@ -24,7 +24,7 @@ from typing import Sequence
 import pandas as pd
 import pyarrow as pa
 
-from latency_divide.analysis.facebook import METRIC_NAMES, side_by_side
+from latency_divide.analysis.facebook import METRIC_NAMES, _pct, side_by_side
 from latency_divide.analysis.schemas import read_versioned, write_versioned
 from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import write_text_atomic
@@ -100,10 +100,6 @@ def answer_table(runs: Sequence[tuple[str, str, pd.DataFrame]]) -> pd.DataFrame:
     out["percentile"] = out["percentile"].astype("float64")
     out["facebook_inside"] = out["facebook_inside"].astype(bool)
     return out[ANSWER_SCHEMA.names]
-
-
-def _pct(x: float) -> str:
-    return "n/a" if x != x else f"{100 * x:+.0f} %"
 
 
 def to_markdown(df: pd.DataFrame, tool: str, direction: str) -> str:
