@@ -1,13 +1,16 @@
 # Buffer depth as a factor (issue 41, step 3; docs/population.md "Buffer depth as a factor: the
-# sweep"): the companions of the sweep (latency_divide.analysis.depth.SWEEP_CONFIGS: the
-# population run's 2 x BDP trials, config/buffer-depth-{100,200,500,1000}ms.yaml and, optional,
-# the measured buffers of config/population-buffers.yaml) -> results/tables/buffer_depth.parquet
-# and figure buffer_depth (PDF, PNG, provenance sidecar). Built only when every required
-# companion is present (COMPANIONS_PRESENT, rules/common.smk: all its trials on disk); the
-# optional one is a step when present. Reads the companions' trials tables (rule
-# companion_tables).
+# sweep"): per tool, the companions of its sweep (latency_divide.analysis.depth.SWEEP_CONFIGS;
+# tquic-perf: the population run's 2 x BDP trials, config/buffer-depth-{100,200,500,1000}ms.yaml
+# and, optional, the measured buffers of config/population-buffers.yaml; mvfst's tperf:
+# population-mvfst.yaml, buffer-depth-mvfst-*.yaml and, optional, population-mvfst-buffers.yaml)
+# -> results/tables/buffer_depth.parquet (a `tool` column) and figure buffer_depth (a panel per
+# tool; PDF, PNG, provenance sidecar). A tool's sweep is in them when every required companion
+# of it is present (COMPANIONS_PRESENT, rules/common.smk: all its trials on disk); built when at
+# least one tool's is. An optional companion is a step when present. Reads the companions'
+# trials tables (rule companion_tables).
 from latency_divide.analysis.depth import sweep_companions, sweep_households
 
+# DEPTH_MISSING: per tool left out, its required configs not present
 DEPTH_COMPANIONS, DEPTH_MISSING = sweep_companions(COMPANIONS, COMPANIONS_PRESENT)
 DEPTH_FILES = {
     "table": "results/tables/buffer_depth.parquet",
@@ -15,13 +18,14 @@ DEPTH_FILES = {
     "png": "results/figures/buffer_depth.png",
     "provenance": "results/figures/buffer_depth.provenance.json",
 }
-# named when part of it is on disk (a sweep being measured), silent when none of it is
-_depth_partial = [_c.name for _c in COMPANIONS if _c.configfile in DEPTH_MISSING
-                  and len(_c.missing()) < len(_c.trials)]
-if _depth_partial:
-    print(f"[latency-divide] buffer_depth left out: companion(s) {', '.join(_depth_partial)} "
-          "not all on disk (docs/population.md, \"Buffer depth as a factor: the sweep\")",
-          file=sys.stderr)
+# a tool's sweep named when part of it is on disk (being measured), silent when none of it is
+for _tool, _files in DEPTH_MISSING.items():
+    _depth_partial = [_c.name for _c in COMPANIONS if _c.configfile in _files
+                      and len(_c.missing()) < len(_c.trials)]
+    if _depth_partial:
+        print(f"[latency-divide] buffer_depth: {_tool}'s sweep left out: companion(s) "
+              f"{', '.join(_depth_partial)} not all on disk (docs/population.md, "
+              "\"Buffer depth as a factor: the sweep\")", file=sys.stderr)
 
 # the sweep's table and figure, when its companions are present (`all`, and figures.smk's
 # rule `analysis`)
@@ -41,7 +45,7 @@ if DEPTH_COMPANIONS:
                for ext in ("pdf", "png")},
             provenance=DEPTH_FILES["provenance"],
         params:
-            steps=[{"name": _c.name, "buffer_model": _c.cfg.buffer_model,
+            steps=[{"name": _c.name, "tool": _c.cfg.tool.name, "buffer_model": _c.cfg.buffer_model,
                     "qfactor": _c.cfg.qfactor, "trials": table_files(_c.root)["trials"]}
                    for _c in DEPTH_COMPANIONS],
             households=sweep_households(DEPTH_COMPANIONS),

@@ -1,8 +1,10 @@
 """Buffer depth as a factor (issue 41, step 3): the fixed-delay buffer models ``queue-<N>ms``
 (links.buffers), their names on the command line and in a config, a plan and a definition
-carrying one, and the sweep's four configs (config/buffer-depth-*.yaml): 40 households of the
-population draw, chosen by bench/buffer_depth_households.py, with population.yaml's
-definitions plus the model. Quick: no namespace, no trial."""
+carrying one, and the sweep's four configs per tool: config/buffer-depth-<N>ms.yaml (tquic-perf),
+40 households of the population draw, chosen by bench/buffer_depth_households.py, with
+population.yaml's definitions plus the model; config/buffer-depth-mvfst-<N>ms.yaml (mvfst's
+tperf), the same households with population-mvfst.yaml's definitions plus the model. Quick: no
+namespace, no trial."""
 
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ def _raw(name: str) -> dict:
 
 def _depth(ms: int) -> str:
     return f"buffer-depth-{ms}ms.yaml"
+
+
+def _mvfst(ms: int) -> str:
+    return f"buffer-depth-mvfst-{ms}ms.yaml"
 
 
 # --- the model --------------------------------------------------------------------------------
@@ -236,3 +242,53 @@ def test_the_script_prints_the_configs_households_by_its_rule():
     want = {b: sorted(rng.sample(sorted(ids), k))
             for (b, ids), k in zip(pop.households_by_bucket.items(), (4, 14, 4, 18))}
     assert chosen == want
+
+
+def test_the_mvfst_configs_are_the_same_40_uplinks_with_population_mvfst_yamls_tool():
+    """tperf's sweep: per depth the households of tquic-perf's config at that depth, the
+    variants cubic, bbr, copa-0.04, trial settings and tool section of population-mvfst.yaml
+    exactly (as population-mvfst-buffers.yaml has them for mba-2014), definitions of their own."""
+    popm_raw = _raw("population-mvfst.yaml")
+    popm = load_config(popm_raw)
+    assert _raw("population-mvfst-buffers.yaml")["tool"] == popm_raw["tool"]
+    drawn = {h: b for b, ids in popm.households_by_bucket.items() for h in ids}
+    quic_defs, seen, first = set(), set(), None
+    for ms in DEPTHS:
+        raw, quic_raw = _raw(_mvfst(ms)), _raw(_depth(ms))
+        cfg, quic = load_config(raw), load_config(quic_raw)
+        quic_defs |= {x[0] for x in trial_ids(quic)}
+        assert cfg.buffer_model == quic.buffer_model == f"queue-{ms}ms"
+        assert cfg.directions == ("uplink",)
+        assert cfg.variant_names() == ["cubic", "bbr", "copa-0.04"]
+        # tquic-perf's households at this depth, listed alike; in tperf's population draw too
+        assert raw["households"] == quic_raw["households"]
+        assert cfg.households_by_bucket == quic.households_by_bucket
+        assert len(cfg.household_ids()) == 40
+        assert {h: cfg.bucket_of_household(h) for h in cfg.household_ids()} == \
+            {h: drawn[h] for h in cfg.household_ids()}
+        # population-mvfst.yaml's variants, trial settings and tool (tperf, window, flags, qlog)
+        assert raw["variants"] == [v for v in popm_raw["variants"]
+                                   if v["name"] in ("cubic", "bbr", "copa-0.04")]
+        for k in ("trial", "tool", "testbed", "qfactor"):
+            assert raw[k] == popm_raw[k], k
+        assert cfg.tool == popm.tool and cfg.tool.name == "tperf" and cfg.tool.qlog
+        for v in cfg.variants:
+            d = definition.of_config(cfg, v)
+            assert d.pop("buffer_model") == f"queue-{ms}ms"
+            assert d == definition.of_config(popm, popm.variant(v.name))
+            assert d["tool"]["qlog"] is True
+        ids = trial_ids(cfg)
+        assert len(ids) == 120 and {r for *_, r in ids} == {1}
+        assert sorted(t[1:] for t in ids) == sorted(t[1:] for t in trial_ids(quic))
+        defs = {x[0] for x in ids}
+        assert len(defs) == 3 and not defs & seen
+        seen |= defs
+        # the four differ in the model only
+        rest = {k: v for k, v in raw.items() if k != "buffer_model"}
+        assert rest == (first := first or rest)
+        head = (ROOT / "config" / _mvfst(ms)).read_text().split("\nhouseholds:", 1)[0]
+        assert (f".venv/bin/snakemake trials --cores 1 --configfile config/{_mvfst(ms)}"
+                in head)
+    # none of tquic-perf's sweep's nor tperf's population run's definitions
+    assert not seen & quic_defs
+    assert not seen & {t[0] for t in trial_ids(popm)}

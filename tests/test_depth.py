@@ -1,14 +1,16 @@
-"""Buffer depth as a factor (issue 41, step 3): the sweep's table (analysis.depth) and figure
-(analysis.depth_figure) from small synthetic trials tables, and which companions make the sweep.
-Quick: no trial, no namespace."""
+"""Buffer depth as a factor (issue 41, step 3): the sweeps' table (analysis.depth) and figure
+(analysis.depth_figure) from small synthetic trials tables, one tool or two (tquic-perf, mvfst's
+tperf), and which companions make each tool's sweep. Quick: no trial, no namespace."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from conftest import ROOT
 
 from latency_divide.analysis import depth
@@ -34,7 +36,7 @@ RESAMPLES = 1000
 
 
 def _trials(hh, values, variants=("cubic", "bbr", "copa-0.04"), direction="uplink", rep=1,
-            defs=None):
+            defs=None, tool="tquic-perf"):
     """Rows of a trials table: ``values(variant, i, h)`` -> (transport RTT, ping RTT, goodput,
     loss %, mean queue bytes) of household ``h`` (``i``: its index)."""
     rows = []
@@ -43,7 +45,7 @@ def _trials(hh, values, variants=("cubic", "bbr", "copa-0.04"), direction="uplin
             tr, rtt, gp, loss, q = values(v, i, h)
             rows.append({"definition_id": (defs or {}).get(v, f"def-{v}"), "household_id": h,
                          "price_bucket": "50+", "direction": direction, "variant": v,
-                         "repetition": rep, "tool": "tquic-perf",
+                         "repetition": rep, "tool": tool,
                          "transport_rtt_mean_ms": tr, "rtt_mean_ms": rtt, "goodput_kbps": gp,
                          "sender_loss_pct": loss, "queue_mean_bytes": q,
                          "trial_path": f"results/raw/def-{v}/{h}/{direction}/{v}/rep{rep}"})
@@ -67,22 +69,32 @@ def _fifo(hh, ms):
                          "fifo_ms": [float(ms(i)) for i in range(len(hh))]})
 
 
-def _steps(values=_known, models=REQUIRED_MODELS, drop=None):
+def _steps(values=_known, models=REQUIRED_MODELS, drop=None, tool=None, hh=HH):
+    """One tool's steps (``tool``: the steps' own; None: their trials', tquic-perf)."""
     out = []
     for m in models:
-        t = _trials(HH, values)
+        t = _trials(hh, values, tool=tool or "tquic-perf")
         if drop and drop[0] == m:
             t = t[t["variant"] != drop[1]]
         n = depth.fixed_depth(m)
-        out.append(Step(m, t, _fifo(HH, (lambda i: 10.0 * (i + 1)) if n is None
-                                    else (lambda i, n=n: n))))
+        out.append(Step(m, t, _fifo(hh, (lambda i: 10.0 * (i + 1)) if n is None
+                                    else (lambda i, n=n: n)), tool=tool))
     return out
 
 
-def _row(table, model, variant, metric, pct):
+def _mvfst(v, i, h):
+    """tperf: Copa 0.5 x Cubic, BBR Cubic + 20 ms; the rest as :func:`_known`."""
+    tr, rtt, gp, loss, q = _known(v, i, h)
+    base = 100.0 * (i + 1)
+    tr = {"cubic": base, "copa-0.04": 0.5 * base, "bbr": base + 20}[v]
+    return tr, tr + 5, gp, loss, q
+
+
+def _row(table, model, variant, metric, pct, tool="tquic-perf"):
     r = table[(table["buffer_model"] == model) & (table["variant"] == variant)
-              & (table["metric"] == metric) & (table["percentile"] == pct)]
-    assert len(r) == 1, (model, variant, metric, pct)
+              & (table["metric"] == metric) & (table["percentile"] == pct)
+              & (table["tool"] == tool)]
+    assert len(r) == 1, (model, variant, metric, pct, tool)
     return r.iloc[0]
 
 
@@ -222,6 +234,70 @@ def test_the_table_is_written_with_its_schema(tmp_path):
     assert not list(tmp_path.glob("*.tmp*"))
 
 
+def test_two_tools_in_one_table_each_its_own_sweep():
+    """tquic-perf's and tperf's sweeps in one table: each tool's rows are those of its sweep
+    alone (its own households, steps and bootstrap blocks), tquic-perf's first."""
+    quic = _steps()
+    tperf = _steps(_mvfst, tool="tperf", hh=HH[:8])
+    both = depth_table(tperf + quic, {"tquic-perf": HH, "tperf": HH[:8]},
+                       n_resamples=RESAMPLES)
+    assert len(both) == 2 * 70
+    # the tools in SWEEP_CONFIGS' order whatever the steps' order
+    assert list(dict.fromkeys(both["tool"])) == ["tquic-perf", "tperf"]
+    alone = depth_table(quic, HH, n_resamples=RESAMPLES)
+    pd.testing.assert_frame_equal(both[both["tool"] == "tquic-perf"].reset_index(drop=True),
+                                  alone)
+    mine = both[both["tool"] == "tperf"]
+    assert (mine["n_households"] == 8).all()
+    assert list(dict.fromkeys(mine["step"])) == ["2 x BDP", "100 ms", "200 ms", "500 ms",
+                                                 "1000 ms"]
+    for m in REQUIRED_MODELS:
+        assert _row(both, m, "copa-0.04", "transport_rtt_mean_ms", 90.0)["change_pct"] == \
+            pytest.approx(-40.0)
+        copa = _row(both, m, "copa-0.04", "transport_rtt_mean_ms", 90.0, tool="tperf")
+        assert copa["change_pct"] == pytest.approx(-50.0)
+        assert copa["facebook_pct"] == pytest.approx(-38.0)  # Facebook's, whatever the tool
+        # BBR at p90 of 8 households: the 8th (inverted CDF), 820 against 800
+        bbr = _row(both, m, "bbr", "transport_rtt_mean_ms", 90.0, tool="tperf")
+        assert (bbr["value"], bbr["cubic_value"]) == (820.0, 800.0)
+
+
+def test_a_tools_missing_step_or_trials_are_clear_errors():
+    quic, hh = _steps(), {"tquic-perf": HH, "tperf": HH}
+    short = _steps(_mvfst, tool="tperf", models=[m for m in REQUIRED_MODELS
+                                                 if m != "queue-500ms"])
+    # (tperf's steps first: its sweep checked before tquic-perf's is computed)
+    with pytest.raises(DepthInputError, match=r"the sweep lacks step\(s\) queue-500ms for "
+                       r"tperf \(given: qfactor, queue-100ms, queue-200ms, queue-1000ms\)"):
+        depth_table(short + quic, hh, n_resamples=RESAMPLES)
+    with pytest.raises(DepthInputError, match="queue-100ms given as several steps of tperf's"):
+        depth_table(_steps(_mvfst, tool="tperf")
+                    + _steps(_mvfst, tool="tperf", models=["queue-100ms"]) + quic, hh,
+                    n_resamples=RESAMPLES)
+    # a step of tperf with only tquic-perf's trials has none of its own
+    wrong = _steps(tool="tperf")
+    wrong[2] = Step(wrong[2].buffer_model, _trials(HH, _known), wrong[2].fifo, tool="tperf")
+    with pytest.raises(DepthInputError, match=r"tperf's step 200 ms \(buffer model "
+                       r"queue-200ms\): no uplink trial of variant\(s\) cubic, copa-0.04, bbr"):
+        depth_table(wrong + quic, hh, n_resamples=RESAMPLES)
+    # a step without a tool whose trials are of two tools: which sweep is it?
+    mixed = _steps()
+    mixed[0] = Step("qfactor", pd.concat([mixed[0].trials,
+                                          _trials(HH, _mvfst, tool="tperf")]), mixed[0].fifo)
+    with pytest.raises(DepthInputError, match=r"step 2 x BDP: trials of 2 tools "
+                       r"\(tperf, tquic-perf\); one per step, or the step's tool"):
+        depth_table(mixed, HH, n_resamples=RESAMPLES)
+    with pytest.raises(DepthInputError, match="no households for tperf's sweep"):
+        depth_table(_steps(_mvfst, tool="tperf") + quic, {"tquic-perf": HH},
+                    n_resamples=RESAMPLES)
+    # with its tool, the step takes its tool's rows only (tperf's Copa is 0.5 x Cubic)
+    mixed[0] = Step("qfactor", mixed[0].trials, mixed[0].fifo, tool="tquic-perf")
+    t = depth_table(mixed, HH, n_resamples=RESAMPLES)
+    assert set(t["tool"]) == {"tquic-perf"} and (t["n_households"] == 10).all()
+    assert _row(t, "qfactor", "copa-0.04", "transport_rtt_mean_ms", 90.0)["change_pct"] == \
+        pytest.approx(-40.0)
+
+
 def test_the_figure_draws_facebooks_lines(tmp_path):
     from latency_divide.analysis.depth_figure import depth_plot
     from latency_divide.analysis.figures import save
@@ -244,21 +320,49 @@ def test_the_figure_draws_facebooks_lines(tmp_path):
     assert [p.stat().st_size > 1000 for p in written] == [True, True]
 
 
-def test_the_job_writes_table_figure_and_provenance(tmp_path):
-    """build_buffer_depth from trials tables on disk, as rule buffer_depth runs it: the
-    sidecar names every trial used (uplinks of the households, repetition 1, three variants)
-    and its definition."""
-    from latency_divide.analysis.depth_figure import build_buffer_depth
+def test_the_figure_has_a_panel_per_tool(tmp_path):
+    from latency_divide.analysis.depth_figure import depth_plot
+    from latency_divide.analysis.figures import save
 
-    hh = load_config(ROOT / "config/buffer-depth-100ms.yaml").household_ids()[:6]
+    # one household list for every tool
+    t = depth_table(_steps(_mvfst, tool="tperf") + _steps(), HH, n_resamples=RESAMPLES)
+    assert (t["n_households"] == 10).all()
+    plot = depth_plot(t)
+    assert type(plot.facet).__name__ == "facet_wrap"
+    assert list(plot.data["tool"].cat.categories) == ["tquic-perf", "tperf"]
+    # Facebook's lines have no tool: drawn in every panel
+    fb = [layer.geom.data for layer in plot.layers
+          if type(layer.geom).__name__ in ("geom_hline", "geom_label")
+          and isinstance(layer.geom.data, pd.DataFrame) and "y" in layer.geom.data]
+    assert fb and all("tool" not in d and sorted(d["y"]) == pytest.approx([-38.0, -8.8])
+                      for d in fb)
+    tperf = plot.data[(plot.data["tool"] == "tperf") & (plot.data["variant"] == "copa-0.04")]
+    assert set(tperf["change_pct"].round(6)) == {-50.0}
+    written = save(plot, tmp_path / "buffer_depth.pdf", tmp_path / "buffer_depth.png",
+                   height=7.5)
+    assert [p.stat().st_size > 1000 for p in written] == [True, True]
+
+
+#: Each tool's step configs: buffer model -> config file (analysis.depth.SWEEP_CONFIGS).
+STEP_CONFIGS = {
+    "tquic-perf": [("qfactor", "population.yaml")] + [
+        (f"queue-{n}ms", f"buffer-depth-{n}ms.yaml") for n in (100, 200, 500, 1000)],
+    "tperf": [("qfactor", "population-mvfst.yaml")] + [
+        (f"queue-{n}ms", f"buffer-depth-mvfst-{n}ms.yaml") for n in (100, 200, 500, 1000)],
+}
+
+
+def _step_specs(tmp_path, hh, tool, with_tool=True):
+    """rule buffer_depth's params.steps of ``tool``: a trials table on disk per step, its
+    trials' directories and definitions (each config's own) under tmp_path/raw."""
     specs = []
-    for m, cfgfile in [("qfactor", "population.yaml")] + [
-            (f"queue-{n}ms", f"buffer-depth-{n}ms.yaml") for n in (100, 200, 500, 1000)]:
+    for m, cfgfile in STEP_CONFIGS[tool]:
         cfg = load_config(ROOT / "config" / cfgfile)
+        assert cfg.tool.name == tool
         defs = {v: definition.of_config(cfg, cfg.variant(v)) for v in ("cubic", "bbr",
                                                                          "copa-0.04")}
         ids = {v: definition.definition_id(d) for v, d in defs.items()}
-        t = _trials(hh, _known, defs=ids).assign(config_hash="c" * 64)
+        t = _trials(hh, _known, defs=ids, tool=tool).assign(config_hash="c" * 64)
         t["trial_path"] = [str(tmp_path / "raw" / r.definition_id / str(r.household_id)
                                / "uplink" / r.variant / "rep1") for r in t.itertuples()]
         for v, d in defs.items():
@@ -267,36 +371,103 @@ def test_the_job_writes_table_figure_and_provenance(tmp_path):
             (tmp_path / p).mkdir(parents=True)
             (tmp_path / p / "meta.json").write_text("{}")
         full = pd.DataFrame({c: t[c] if c in t else None for c in TRIALS_SCHEMA.names})
-        path = tmp_path / m / "trials.parquet"
-        path.parent.mkdir()
+        path = tmp_path / tool / m / "trials.parquet"
+        path.parent.mkdir(parents=True)
         write_table(full, path, "trials")
-        specs.append({"buffer_model": m, "qfactor": cfg.qfactor, "trials": str(path)})
+        specs.append({"buffer_model": m, "qfactor": cfg.qfactor, "trials": str(path),
+                      **({"tool": tool} if with_tool else {})})
+    return specs
+
+
+def _job(tmp_path, specs, households):
+    from latency_divide.analysis.depth_figure import build_buffer_depth
+
     out = {k: tmp_path / "out" / f"buffer_depth.{k}" for k in ("parquet", "pdf", "png")}
     side = tmp_path / "out" / "buffer_depth.provenance.json"
     (tmp_path / "out").mkdir()
-    rec = build_buffer_depth(specs, hh, out["parquet"], out["pdf"], out["png"], side, seed=1)
+    rec = build_buffer_depth(specs, households, out["parquet"], out["pdf"], out["png"], side,
+                             seed=1)
     assert all(p.stat().st_size > 0 for p in out.values())
     assert json.loads(side.read_text()) == rec
-    assert len(rec["trials"]) == 5 * 3 * len(hh) and len(rec["definitions"]) == 15
     assert set(rec["tables"]) == {s["trials"] for s in specs} | {str(out["parquet"])}
-    t = read_depth_table(out["parquet"])
-    assert set(t["buffer_model"]) == set(REQUIRED_MODELS) and (t["n_households"] == 6).all()
+    return rec, read_depth_table(out["parquet"])
+
+
+def test_the_job_writes_table_figure_and_provenance(tmp_path):
+    """build_buffer_depth from trials tables on disk, as rule buffer_depth runs it, both tools'
+    steps (tquic-perf's without a tool: their trials'; tperf's with theirs) and the households
+    per tool: one table, one figure, and a sidecar naming every trial used (uplinks of the
+    households, repetition 1, three variants) and its definition."""
+    hh = load_config(ROOT / "config/buffer-depth-mvfst-100ms.yaml").household_ids()
+    households = {"tquic-perf": hh[:6], "tperf": hh[:5]}
+    specs = (_step_specs(tmp_path, households["tquic-perf"], "tquic-perf", with_tool=False)
+             + _step_specs(tmp_path, households["tperf"], "tperf"))
+    rec, t = _job(tmp_path, specs, households)
+    assert len(rec["trials"]) == 5 * 3 * (6 + 5) and len(rec["definitions"]) == 30
+    assert list(dict.fromkeys(t["tool"])) == ["tquic-perf", "tperf"]
+    for tool, n in (("tquic-perf", 6), ("tperf", 5)):
+        mine = t[t["tool"] == tool]
+        assert set(mine["buffer_model"]) == set(REQUIRED_MODELS)
+        assert (mine["n_households"] == n).all()
+    # each tool's definitions: its own configs'
+    assert set(t.loc[t["tool"] == "tperf", "definition_id"]).isdisjoint(
+        t.loc[t["tool"] == "tquic-perf", "definition_id"])
+
+
+def _sweep_companions():
+    """The main run's companions with every sweep's config among them."""
+    listed = load_config(ROOT / "config/config.yaml").companions
+    files = [f for configs in depth.SWEEP_CONFIGS.values() for f, _ in configs]
+    return load_companions(list(dict.fromkeys([*listed, *files])), base=ROOT)
 
 
 def test_the_sweep_is_built_from_the_listed_companions_when_present():
-    comps = load_companions(load_config(ROOT / "config/config.yaml").companions, base=ROOT)
+    comps = _sweep_companions()
     by = {c.configfile: c for c in comps}
-    files = [f for f, _ in depth.SWEEP_CONFIGS]
-    assert set(files) <= set(by)  # every config of the sweep is a companion of the main run
-    required = [by[f] for f, req in depth.SWEEP_CONFIGS if req]
-    sweep, missing = depth.sweep_companions(comps, required)
-    assert [c.configfile for c in sweep] == files[:5] and missing == []
+    quic, tperf = ([f for f, _ in depth.SWEEP_CONFIGS[t]] for t in ("tquic-perf", "tperf"))
+    assert list(depth.SWEEP_CONFIGS) == ["tquic-perf", "tperf"]
+    # tquic-perf's sweep: companions of the main run
+    assert set(quic) <= set(load_config(ROOT / "config/config.yaml").companions)
+    required = {t: [by[f] for f, req in configs if req]
+                for t, configs in depth.SWEEP_CONFIGS.items()}
+    sweep, missing = depth.sweep_companions(comps, required["tquic-perf"])
+    assert [c.configfile for c in sweep] == quic[:5]
+    assert missing == {"tperf": tperf[:5]}  # none of tperf's sweep on disk: left out, named
     sweep, missing = depth.sweep_companions(comps, list(by.values()))
-    assert [c.configfile for c in sweep] == files  # the measured buffers, when present
-    sweep, missing = depth.sweep_companions(comps, required[:3])
-    assert sweep == [] and missing == ["config/buffer-depth-500ms.yaml",
-                                       "config/buffer-depth-1000ms.yaml"]
-    assert [c.cfg.buffer_model for c in required] == list(REQUIRED_MODELS)
-    hh = depth.sweep_households(required)
-    assert len(hh) == 40 and hh == sorted(load_config(
-        ROOT / "config/buffer-depth-500ms.yaml").household_ids())
+    assert [c.configfile for c in sweep] == quic + tperf and missing == {}  # measured too
+    sweep, missing = depth.sweep_companions(comps, [*required["tquic-perf"],
+                                                    *required["tperf"][:3]])
+    assert [c.configfile for c in sweep] == quic[:5]
+    assert missing == {"tperf": ["config/buffer-depth-mvfst-500ms.yaml",
+                                 "config/buffer-depth-mvfst-1000ms.yaml"]}
+    sweep, missing = depth.sweep_companions(comps, required["tquic-perf"][:3])
+    assert sweep == [] and missing == {"tquic-perf": ["config/buffer-depth-500ms.yaml",
+                                                      "config/buffer-depth-1000ms.yaml"],
+                                       "tperf": tperf[:5]}
+    for t in ("tquic-perf", "tperf"):
+        assert [c.cfg.buffer_model for c in required[t]] == list(REQUIRED_MODELS)
+        assert {c.cfg.tool.name for c in required[t]} == {t}
+    hh = depth.sweep_households(required["tquic-perf"] + required["tperf"])
+    assert list(hh) == ["tquic-perf", "tperf"]
+    assert len(hh["tquic-perf"]) == 40 and hh["tquic-perf"] == hh["tperf"] == sorted(
+        load_config(ROOT / "config/buffer-depth-mvfst-500ms.yaml").household_ids())
+
+
+def test_a_sweeps_configs_must_run_its_tool_and_agree_on_households():
+    comps = _sweep_companions()
+    by = {c.configfile: c for c in comps}
+    popm = "config/population-mvfst.yaml"
+    swapped = [replace(c, cfg=by["config/population.yaml"].cfg) if c.configfile == popm else c
+               for c in comps]
+    with pytest.raises(DepthInputError, match="tperf's sweep: config/population-mvfst.yaml "
+                       r"run\(s\) another tool"):
+        depth.sweep_companions(swapped, swapped)
+    raw = yaml.safe_load((ROOT / "config/buffer-depth-mvfst-500ms.yaml").read_text())
+    raw["households"]["buckets"][0]["ids"] = raw["households"]["buckets"][0]["ids"][1:]
+    fewer = [replace(c, cfg=load_config(raw)) if c.name == "buffer-depth-mvfst-500ms" else c
+             for c in comps if c.name.startswith("buffer-depth-mvfst")]
+    with pytest.raises(DepthInputError, match="tperf's sweep: its configs list other "
+                       "households: buffer-depth-mvfst-500ms against buffer-depth-mvfst-100ms"):
+        depth.sweep_households(fewer)
+    with pytest.raises(DepthInputError, match="tperf's sweep: no fixed-depth config"):
+        depth.sweep_households([by[popm]])

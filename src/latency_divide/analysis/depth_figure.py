@@ -1,12 +1,13 @@
 """The buffer-depth sweep's figure and its job (issue 41, step 3; analysis.depth).
 
-``buffer_depth``: the change of the transport RTT against Cubic at p90 (y, %, the group change
-with its 95 % bootstrap interval) against the uplink buffer depth (x, ms, log scale), one line
-with points per variant through the swept steps (2 x BDP at the households' median FIFO, then
-100, 200, 500 and 1000 ms); the measured buffers (mba-2014, at the households' median FIFO)
-as a point of its own shape, off the line; Facebook's change for the same group and percentile
-(analysis.facebook.FACEBOOK) as a dashed horizontal line in the variant's colour, labelled
-"Facebook".
+``buffer_depth``: one panel per tool in the table (tquic-perf, then mvfst's tperf: analysis.depth
+.SWEEP_CONFIGS' order), stacked, on one x axis: the change of the transport RTT against Cubic at
+p90 (y, %, the group change with its 95 % bootstrap interval) against the uplink buffer depth
+(x, ms, log scale), one line with points per variant through the swept steps (2 x BDP at the
+households' median FIFO, then 100, 200, 500 and 1000 ms); the measured buffers (mba-2014, at
+the households' median FIFO) as a point of its own shape, off the line; in every panel
+Facebook's change for the same group and percentile (analysis.facebook.FACEBOOK) as a dashed
+horizontal line in the variant's colour, labelled "Facebook".
 
 :func:`depth_plot` takes the table and returns a ``ggplot`` (no I/O); :func:`build_buffer_depth`
 is the workflow job (rules/depth.smk): trials tables -> the table, the figure as PDF and PNG,
@@ -23,10 +24,13 @@ import pandas as pd
 
 from latency_divide.analysis.depth import (
     MEASURED_MODEL,
+    SWEEP_CONFIGS,
     VARIANTS,
     Step,
     depth_table,
+    households_of,
     select,
+    step_tool,
     uplink_fifos,
     write_depth_table,
 )
@@ -44,6 +48,8 @@ KINDS = {"fixed": "N ms (fixed)", "qfactor": "2 x BDP (median)",
 COLOURS = {"copa-0.04": "#1b6ca8", "bbr": "#d9661f"}
 #: Half the spread (log10 units) of the variants side by side at one depth.
 DODGE = 0.02
+#: Height (inches) of the figure with one tool's panel, and of each further tool's panel.
+HEIGHT_IN, PANEL_IN = 4.5, 3.0
 
 
 def _kind(model: str) -> str:
@@ -51,9 +57,11 @@ def _kind(model: str) -> str:
 
 
 def depth_plot(table: pd.DataFrame, metric: str = METRIC, percentile: float = PERCENTILE):
-    """Change against Cubic (%) at ``percentile`` of ``metric`` against buffer depth."""
+    """Change against Cubic (%) at ``percentile`` of ``metric`` against buffer depth, one panel
+    per tool."""
     from plotnine import (
         aes,
+        facet_wrap,
         geom_errorbar,
         geom_hline,
         geom_line,
@@ -76,10 +84,12 @@ def depth_plot(table: pd.DataFrame, metric: str = METRIC, percentile: float = PE
     offset = {v: (i - (len(variants) - 1) / 2) * 2 * DODGE for i, v in enumerate(variants)}
     d = d.assign(x=d["depth_ms"] * 10 ** d["variant"].map(offset).astype(float),
                  kind=[_kind(m) for m in d["buffer_model"]])
-    d = _cat(d, "variant", variants)
+    tools = [t for t in SWEEP_CONFIGS if t in set(d["tool"])] + sorted(
+        set(d["tool"]) - set(SWEEP_CONFIGS))
+    d = _cat(_cat(d, "variant", variants), "tool", tools)
     d = _cat(d, "kind", [k for k in KINDS.values() if k in set(d["kind"])])
     line = d[d["buffer_model"] != MEASURED_MODEL]
-    steps = d.drop_duplicates("buffer_model").sort_values("depth_ms")
+    steps = d.drop_duplicates(["buffer_model", "depth_ms"]).sort_values("depth_ms")
     labels = [f"{x:.0f}" if k == "fixed" else f"{x:.0f}\n{s.split(' (')[0]}"
               for x, k, s in zip(steps["depth_ms"], steps["depth_kind"], steps["step"])]
     fb = pd.DataFrame([{"variant": VARIANT_OF[p.variant], "y": 100 * p.change}
@@ -99,6 +109,7 @@ def depth_plot(table: pd.DataFrame, metric: str = METRIC, percentile: float = PE
                            fill="white", label_size=0, show_legend=False)
     ci = d[np.isfinite(d["ci_low_pct"]) & np.isfinite(d["ci_high_pct"])]
     return (plot
+            + facet_wrap("tool", ncol=1)
             + geom_line(line, aes(group="variant"))
             + geom_errorbar(ci, aes(ymin="ci_low_pct", ymax="ci_high_pct"), width=0.03)
             + geom_point(aes(shape="kind"), size=2.4, fill="white")
@@ -115,23 +126,31 @@ def depth_plot(table: pd.DataFrame, metric: str = METRIC, percentile: float = PE
             + theme(legend_position="bottom", legend_box="vertical"))
 
 
-def build_buffer_depth(steps: Sequence[Mapping], households: Sequence[int],
+def build_buffer_depth(steps: Sequence[Mapping],
+                       households: Sequence[int] | Mapping[str, Sequence[int]],
                        table_out: Path | str, pdf: Path | str, png: Path | str,
                        sidecar: Path | str, *, seed: int = 1,
                        n_resamples: int = MIN_RESAMPLES) -> dict:
-    """The workflow job: each of ``steps`` ({"buffer_model", "qfactor", "trials": its trials
-    table}) read, the table written to ``table_out``, the figure to ``pdf`` and ``png`` and its
-    provenance (the trials the table used, the trials tables and the table) to ``sidecar``."""
+    """The workflow job: each of ``steps`` ({"buffer_model", "qfactor", "tool", "trials": its
+    trials table}; no "tool": its trials') read, the table written to ``table_out``, the figure
+    to ``pdf`` and ``png`` and its provenance (the trials the table used, the trials tables and
+    the table) to ``sidecar``. ``households``: every tool's, or per tool (a mapping)."""
     from latency_divide.analysis.provenance import build_sidecar, write_sidecar
     from latency_divide.analysis.tables import read_table
 
-    built = [Step(s["buffer_model"], read_table(s["trials"], "trials"),
-                  uplink_fifos(households, s["buffer_model"], s.get("qfactor", 2.0)),
-                  s.get("qfactor", 2.0)) for s in steps]
+    built = []
+    for s in steps:
+        m, trials, q = s["buffer_model"], read_table(s["trials"], "trials"), s.get("qfactor", 2.0)
+        tool = step_tool(Step(m, trials, pd.DataFrame(), q, s.get("tool")))
+        fifo = uplink_fifos(households_of(households, tool), m, q)
+        built.append(Step(m, trials, fifo, q, tool))
     table = depth_table(built, households, seed=seed, n_resamples=n_resamples)
     write_depth_table(table, table_out)
-    used = pd.concat([select(s, households) for s in built], ignore_index=True)
-    outputs = save(depth_plot(table), pdf, png, width=WIDTH_IN, height=4.5)
+    used = pd.concat([select(s, households_of(households, s.tool)) for s in built],
+                     ignore_index=True)
+    n_tools = table["tool"].nunique()
+    outputs = save(depth_plot(table), pdf, png, width=WIDTH_IN,
+                   height=HEIGHT_IN + PANEL_IN * (n_tools - 1))
     rec = build_sidecar(pdf, outputs, used,
                         tables=[*(s["trials"] for s in steps), table_out])
     write_sidecar(rec, sidecar)
