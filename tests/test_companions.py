@@ -26,9 +26,13 @@ def test_the_main_config_names_the_published_companions():
     assert [c.name for c in comps] == ["fast-links", "fast-links-checked", "mvfst",
                                        "mvfst-fast-links", "paper-rerun", "population",
                                        "population-mvfst", "population-buffers",
-                                       "population-mvfst-buffers", "buffer-depth-100ms", "buffer-depth-200ms",
-                                       "buffer-depth-500ms", "buffer-depth-1000ms"]
-    fast, checked, mvfst, _, rerun, pop, popm, popb, popmb, *depths = comps
+                                       "population-mvfst-buffers", "buffer-depth-100ms",
+                                       "buffer-depth-200ms", "buffer-depth-500ms",
+                                       "buffer-depth-1000ms", "buffer-depth-mvfst-100ms",
+                                       "buffer-depth-mvfst-200ms", "buffer-depth-mvfst-500ms",
+                                       "buffer-depth-mvfst-1000ms"]
+    fast, checked, mvfst, _, rerun, pop, popm, popb, popmb, *rest = comps
+    depths, mdepths = rest[:4], rest[4:]
     # the population study (docs/population.md): its own definitions, none of the run's; with
     # tperf the same trials under other definitions
     assert len(pop.trials) == 2 * 4 * (240 + 2 * 24) and pop.cfg.population is not None
@@ -52,6 +56,14 @@ def test_the_main_config_names_the_published_companions():
                                                                              1000)]
     assert all(len(c.trials) == 120 and {t[2] for t in c.trials} == {"uplink"} for c in depths)
     assert len({t[0] for c in depths for t in c.trials}) == 12
+    # the same sweep with tperf: the same trials of each depth under tperf's definitions,
+    # none of tperf's population run's
+    for c, q in zip(mdepths, depths):
+        assert c.cfg.buffer_model == q.cfg.buffer_model and c.cfg.tool.name == "tperf"
+        assert sorted(t[1:] for t in c.trials) == sorted(t[1:] for t in q.trials)
+    mdefs = {t[0] for c in mdepths for t in c.trials}
+    assert len(mdefs) == 12 and not mdefs & {t[0] for c in depths for t in c.trials}
+    assert not mdefs & {t[0] for t in popm.trials}
     # the paper's own definitions measured again: repetition 2 of every reference trial
     assert sorted((t[0], t[1], t[2], t[3]) for t in rerun.trials) == \
         sorted((t[0], t[1], t[2], t[3]) for t in trial_ids(cfg))

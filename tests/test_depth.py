@@ -415,10 +415,8 @@ def test_the_job_writes_table_figure_and_provenance(tmp_path):
 
 
 def _sweep_companions():
-    """The main run's companions with every sweep's config among them."""
-    listed = load_config(ROOT / "config/config.yaml").companions
-    files = [f for configs in depth.SWEEP_CONFIGS.values() for f, _ in configs]
-    return load_companions(list(dict.fromkeys([*listed, *files])), base=ROOT)
+    """The main run's companions."""
+    return load_companions(load_config(ROOT / "config/config.yaml").companions, base=ROOT)
 
 
 def test_the_sweep_is_built_from_the_listed_companions_when_present():
@@ -426,8 +424,7 @@ def test_the_sweep_is_built_from_the_listed_companions_when_present():
     by = {c.configfile: c for c in comps}
     quic, tperf = ([f for f, _ in depth.SWEEP_CONFIGS[t]] for t in ("tquic-perf", "tperf"))
     assert list(depth.SWEEP_CONFIGS) == ["tquic-perf", "tperf"]
-    # tquic-perf's sweep: companions of the main run
-    assert set(quic) <= set(load_config(ROOT / "config/config.yaml").companions)
+    assert set(quic + tperf) <= set(by)  # every config of a sweep is a companion of the run
     required = {t: [by[f] for f, req in configs if req]
                 for t, configs in depth.SWEEP_CONFIGS.items()}
     sweep, missing = depth.sweep_companions(comps, required["tquic-perf"])
