@@ -49,6 +49,14 @@ def test_a_fast_trial_or_a_single_core_floats(state):
     assert cpu is None and "one core allowed" in why
 
 
+def test_a_trial_of_a_multithreaded_tool_floats_at_any_rate(state):
+    assert "tperf" in placement.FLOATING_TOOLS
+    cpu, why = placement.choose(0.01, {0, 1}, "tperf")
+    assert cpu is None and "several threads" in why
+    cpu, _ = placement.choose(0.01, {0, 1}, "tquic-perf")
+    assert cpu in {0, 1}
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_placed_pins_this_process_and_its_children_then_restores(state):
     before = os.sched_getaffinity(0)

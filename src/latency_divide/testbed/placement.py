@@ -10,7 +10,8 @@ finishes its batch before the tool end runs. Measured (bench/bench_instrument_co
 3.74 s free to migrate; the receiver 0.55 against 0.99 s, the delay line 0.89 against 1.30 s.
 
 A fast trial needs more than a core can give (its real-time work, ops.admission.rt_cores),
-so only trials expected to take at most :data:`PIN_MAX_RT_CORES` are placed; the others float.
+so only trials expected to take at most :data:`PIN_MAX_RT_CORES` are placed; the others float,
+as do the trials of a tool whose ends run several busy threads (:data:`FLOATING_TOOLS`).
 A placed trial takes the core of its allowed set that the live placed trials load least, by
 their expected real-time cores, recorded in ``STATE_DIR/cpus/<pid>.json`` while the trial
 runs (a record whose process is gone is ignored and removed). ``LATENCY_DIVIDE_PLACEMENT=off``
@@ -33,6 +34,16 @@ from latency_divide.testbed.startgate import spaced_start, spacing_s
 #: Trials expected to need at most this many real-time cores are placed on one core
 #: (about 50 Mbit/s carried by tquic-perf under the v2 cost model).
 PIN_MAX_RT_CORES = 0.25
+
+
+#: Tools whose trials float at any rate. mvfst's tperf runs more than one busy thread per end
+#: at the same SCHED_FIFO priority (its event base and, with the qlog, folly's file writer,
+#: which streams an event per packet), and on one core a thread waits for the other's burst:
+#: Copa delta 0.04 with its qlog on 10337's measured-buffer uplink (435 kbit/s), alone, 30 s,
+#: 2026-11-28: 158 us of run-queue wait per wake-up of its ends on one core (health bound 150),
+#: 0.4 us floating; the delay line late by 510 us at p99 against 160. In the population run
+#: with measured buffers 15 of the first 46 tperf attempts on one core failed that bound.
+FLOATING_TOOLS = frozenset({"tperf"})
 
 
 def _records() -> Path:
@@ -59,12 +70,15 @@ def load_by_cpu(cpus: set[int]) -> dict[int, float]:
     return load
 
 
-def choose(rt_cores: float, allowed: set[int] | None = None) -> tuple[int | None, str]:
-    """(the core to run on, why) for a trial expected to take ``rt_cores``; None where it
-    floats."""
+def choose(rt_cores: float, allowed: set[int] | None = None,
+           tool: str = "tquic-perf") -> tuple[int | None, str]:
+    """(the core to run on, why) for a trial of ``tool`` expected to take ``rt_cores``; None
+    where it floats."""
     allowed = set(allowed if allowed is not None else os.sched_getaffinity(0))
     if len(allowed) < 2:
         return None, "one core allowed: nothing to choose"
+    if tool in FLOATING_TOOLS:
+        return None, f"{tool}'s ends run several threads: on one core they wait for each other"
     if rt_cores > PIN_MAX_RT_CORES:
         return None, (f"expected real-time cores {rt_cores:.2f} > {PIN_MAX_RT_CORES}: "
                       "more than one core may be needed")
@@ -74,7 +88,7 @@ def choose(rt_cores: float, allowed: set[int] | None = None) -> tuple[int | None
 
 
 @contextmanager
-def placed(rt_cores: float, enabled: bool = True) -> Iterator[dict]:
+def placed(rt_cores: float, enabled: bool = True, tool: str = "tquic-perf") -> Iterator[dict]:
     """Wait for this host's start gate (testbed.startgate), then run the body (and every
     process it starts) on one core chosen by :func:`choose`, with this process's record of
     it; yields what meta.json records (``placement``: the core, why, and the start's spacing
@@ -88,7 +102,7 @@ def placed(rt_cores: float, enabled: bool = True) -> Iterator[dict]:
     if os.environ.get("LATENCY_DIVIDE_PLACEMENT", "on") == "off":
         yield {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off", **start}
         return
-    cpu, why = choose(rt_cores, before)
+    cpu, why = choose(rt_cores, before, tool)
     if cpu is None:
         yield {"cpu": None, "why": why, "rt_cores": round(rt_cores, 4), **start}
         return

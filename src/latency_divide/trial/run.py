@@ -130,7 +130,8 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
                                 dir=final.parent))
     try:
         with placed(expected_rt_cores or 0.0,  # a slow trial on one core
-                    testbed.runs_here and expected_rt_cores is not None) as where:
+                    testbed.runs_here and expected_rt_cores is not None,
+                    spec.tool.name) as where:
             meta = _run_in(spec, tmp, found, attempt, testbed)
         meta["placement"] = where
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
