@@ -2,7 +2,6 @@
 import sys
 
 from latency_divide.analysis.companions import load_companions, table_files
-from latency_divide.analysis.population_figures import POPULATION_FIGURES
 from latency_divide.config import load_config
 from latency_divide.trial.layout import ID_PATTERN
 from latency_divide.trial.sweep import trial_ids
@@ -82,7 +81,6 @@ def trial_inputs():
 # Analysis and figures (rules/analysis.smk, rules/figures.smk; those files register these
 # target functions in TARGET_FUNCTIONS when they are included).
 TABLE_FILES = table_files("results")
-FIGURE_NAMES = ["delay_tput", "self_delay", "timeseries", "divide"]
 
 
 def percentile_files(root="results", cfg=CFG):
@@ -96,11 +94,8 @@ def analysis_targets():
 
 
 def figure_names(cfg=CFG):
-    """The figures a config can draw: `divide` compares Copa with Cubic, so it needs both; a
-    population run adds the percentile figures (POPULATION_FIGURES)."""
-    ccs = {v.cc for v in cfg.variants}
-    names = [f for f in FIGURE_NAMES if f != "divide" or {"cubic", "copa"} <= ccs]
-    return names + (list(POPULATION_FIGURES) if cfg.population is not None else [])
+    """The figures a config draws (config.drawable_figures; figures.draw picks among them)."""
+    return list(cfg.figures)
 
 
 def figure_targets(root="results", cfg=CFG):

@@ -2,7 +2,7 @@
 # figure from the tables: PDF + PNG (both in `snakemake --report`, with the caption
 # workflow/report/<figure>.rst) and a provenance sidecar <figure>.provenance.json (households,
 # trials with their definition and config hash, trial files with sha256, git revision;
-# `latency-divide trace`). FIGURE_NAMES and the helpers are in rules/common.smk.
+# `latency-divide trace`). figure_names() and the helpers are in rules/common.smk.
 
 
 rule figures:

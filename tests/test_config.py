@@ -138,6 +138,10 @@ def test_sampled_buckets_match_the_cli_draw(base, capsys):
         ({"households__buckets__2__repetitions": [1, 5000]},
          ["households.buckets[2].repetitions[1]", "5000"]),
         ({"trial__order": "random"}, ["trial.order", "'random'"]),
+        ({"figures__draw": ["percentiles"]}, ["figures.draw", "'percentiles'",
+                                              "allowed: delay_tput, self_delay, timeseries"]),
+        ({"figures__draw": ["delay_tput", "delay_tput"]}, ["figures.draw", "non-unique"]),
+        ({"figures__draw": "divide"}, ["figures.draw", "'divide'"]),
     ],
 )
 def test_config_errors_name_key_and_value(base, change, words):
@@ -190,3 +194,16 @@ def test_shuffled_order_is_a_seeded_permutation(base):
     assert shuffled == trial_ids(load_config(variant(base, trial__order="shuffled")))
     other = trial_ids(load_config(variant(base, trial__order="shuffled", households__seed=2)))
     assert other != shuffled
+
+
+def test_figures_draw_picks_among_the_figures_a_run_can_draw(base):
+    """figures.draw: every drawable figure by default, those listed in the run's order, none
+    with an empty list; `divide` needs Cubic and Copa."""
+    assert load_config(base).figures == ("delay_tput", "self_delay", "timeseries", "divide")
+    picked = load_config(variant(base, figures__draw=["divide", "delay_tput"]))
+    assert picked.figures == ("delay_tput", "divide")
+    assert load_config(variant(base, figures__draw=[])).figures == ()
+    no_copa = variant(base, variants=[{"name": "cubic", "cc": "cubic"}])
+    assert "divide" not in load_config(no_copa).figures
+    with pytest.raises(ConfigError, match="'divide' is not a figure this run can draw"):
+        load_config(variant(no_copa, figures__draw=["divide"]))

@@ -25,7 +25,7 @@ from latency_divide.links import buffers
 from latency_divide.links.population import PopulationSample, population_draw
 from latency_divide.errors import ConfigError, yaml_path
 from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
-from latency_divide.vocab import DIRECTIONS
+from latency_divide.vocab import DIRECTIONS, POPULATION_FIGURES, RUN_FIGURES
 
 SCHEMA_PATH = CONFIG_SCHEMA
 
@@ -110,6 +110,8 @@ class Config:
         default_factory=dict)
     #: the bottleneck FIFO's model (links.buffers): qfactor x BDP, or a measured one
     buffer_model: str = buffers.DEFAULT_MODEL
+    #: the figures `snakemake all` draws of this run: figures.draw, else every drawable one
+    figures: tuple[str, ...] = RUN_FIGURES
 
     def repetitions_of(self, household_id: int) -> tuple[int, ...]:
         """The repetition numbers of a household's trials (its own, else its bucket's, else
@@ -318,6 +320,13 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     if buffer_model != buffers.DEFAULT_MODEL:
         _check_buffers(buffer_model, by_bucket, data)
 
+    drawable = drawable_figures({v.cc for v in variants}, population is not None)
+    wanted = (raw.get("figures") or {}).get("draw")
+    for name in wanted or ():
+        if name not in drawable:
+            raise ConfigError(f"config: figures.draw: {name!r} is not a figure this run can "
+                              f"draw; allowed: {', '.join(drawable)} (divide needs cubic and "
+                              "copa variants; the percentile figures a population_sample)")
     ts_household = (raw.get("figures") or {}).get("timeseries_household")
     run_ids = {h for ids in by_bucket.values() for h in ids}
     if ts_household is not None and ts_household not in run_ids:
@@ -353,7 +362,15 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         population=population,
         repetitions_by_household=repetitions_by_household,
         buffer_model=buffer_model,
+        figures=drawable if wanted is None else tuple(f for f in drawable if f in wanted),
     )
+
+
+def drawable_figures(ccs: set[str], population: bool) -> tuple[str, ...]:
+    """The figures a run can draw: `divide` compares Copa with Cubic, so it needs both; a
+    population run adds the percentile figures."""
+    names = tuple(f for f in RUN_FIGURES if f != "divide" or {"cubic", "copa"} <= ccs)
+    return names + (POPULATION_FIGURES if population else ())
 
 
 def _check_buffers(model: str, by_bucket: Mapping[str, Any], data) -> None:

@@ -23,6 +23,10 @@ DELAY_MECHANISMS = ("netem", "delayline")
 #: ``auto`` picks netem where the kernel has it, else the delay line.
 DELAY_CHOICES = ("auto", *DELAY_MECHANISMS)
 TESTBED_KINDS = ("local", "ssh")
+#: The figures of a run (analysis.figures) and those a population run adds (the percentile
+#: view, analysis.population_figures); a config draws those it can (config.drawable_figures).
+RUN_FIGURES = ("delay_tput", "self_delay", "timeseries", "divide")
+POPULATION_FIGURES = ("percentiles", "percentiles_buckets")
 
 
 def endpoints(direction: str) -> dict[str, str]:

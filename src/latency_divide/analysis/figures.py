@@ -28,8 +28,7 @@ import pandas as pd
 
 from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import atomic_path
-
-FIGURES = ("delay_tput", "self_delay", "timeseries", "divide")
+from latency_divide.vocab import RUN_FIGURES as FIGURES
 
 
 WIDTH_IN = 7.5

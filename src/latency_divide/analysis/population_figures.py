@@ -45,9 +45,7 @@ from latency_divide.analysis.population import (
     read_percentiles,
     write_percentiles,
 )
-
-#: The figures of a population run (rules/common.smk adds them to such a config's figures).
-POPULATION_FIGURES = ("percentiles", "percentiles_buckets")
+from latency_divide.vocab import POPULATION_FIGURES  # a population run's figures (config)
 
 #: Width (percentile points) over which the variants stand side by side at each percentile.
 DODGE = 2.0
