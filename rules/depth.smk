@@ -8,7 +8,12 @@
 # of it is present (COMPANIONS_PRESENT, rules/common.smk: all its trials on disk); built when at
 # least one tool's is. An optional companion is a step when present. Reads the companions'
 # trials tables (rule companion_tables).
-from latency_divide.analysis.depth import sweep_companions, sweep_households
+from latency_divide.analysis.depth import (
+    SWEEP_CONFIGS,
+    fixed_depth,
+    sweep_companions,
+    sweep_households,
+)
 
 # DEPTH_MISSING: per tool left out, its required configs not present
 DEPTH_COMPANIONS, DEPTH_MISSING = sweep_companions(COMPANIONS, COMPANIONS_PRESENT)
@@ -18,13 +23,15 @@ DEPTH_FILES = {
     "png": "results/figures/buffer_depth.png",
     "provenance": "results/figures/buffer_depth.provenance.json",
 }
-# a tool's sweep named when part of it is on disk (being measured), silent when none of it is
+# a tool's sweep named, with its steps not all on disk, when any trial of one of its fixed
+# depths is on disk (being measured or published in part); silent when none is
 for _tool, _files in DEPTH_MISSING.items():
-    _depth_partial = [_c.name for _c in COMPANIONS if _c.configfile in _files
-                      and len(_c.missing()) < len(_c.trials)]
-    if _depth_partial:
+    _depths = [_c for _c in COMPANIONS if _c.configfile in dict(SWEEP_CONFIGS[_tool])
+               and fixed_depth(_c.cfg.buffer_model) is not None]
+    if any(len(_c.missing()) < len(_c.trials) for _c in _depths):
+        _lacking = [_c.name for _c in COMPANIONS if _c.configfile in _files]
         print(f"[latency-divide] buffer_depth: {_tool}'s sweep left out: companion(s) "
-              f"{', '.join(_depth_partial)} not all on disk (docs/population.md, "
+              f"{', '.join(_lacking)} not all on disk (docs/population.md, "
               "\"Buffer depth as a factor: the sweep\")", file=sys.stderr)
 
 # the sweep's table and figure, when its companions are present (`all`, and figures.smk's
