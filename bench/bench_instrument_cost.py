@@ -32,6 +32,12 @@ forwarded = tx packets of both delay ports), and prints per component:
               syscall on this host; --no-syscalls leaves it out; "-" when perf is missing)
   sys%        system share of the CPU (stat utime/stime ticks)
 
+and a `host` row: every CPU's busy time over the same window (/proc/stat: the CPUs minus their
+exact idle, iowait and steal time), the kernel's threads (ksoftirqd, NAPI threads) included,
+which no process of the trial owns. --rx-napi gro|threaded switches GRO (and threaded NAPI)
+on at the veths the delay line sends into, as the trial starts (an experiment: trials run
+with it off; docs/emulation.md, "Where the rest goes");
+
 and for the delay line its whole-run frames and CPU (its `delayline stats`/`usage` lines in
 delayline.log: µs per frame over its life) and release lateness p50/p99 per direction. Rates
 in --whole-rates (default 1 and 5) run as full 60 s trials, whose total CPU (the job and every
@@ -284,8 +290,12 @@ def window_figures(a: dict, b: dict, wall_s: float, syscalls: dict[int, float] |
                 threads[comm] = figures({tid: t for tid, t in d.items() if t["comm"] == comm})
     psi = (100.0 * (b["psi_us"] - a["psi_us"]) / 1e6 / wall_s
            if a["psi_us"] is not None and b["psi_us"] is not None else None)
+    hz = os.sysconf("SC_CLK_TCK")
+    host_cores = os.cpu_count() - (b["host_ticks"][0] - a["host_ticks"][0]) / hz / wall_s
     return {"window_s": wall_s, "frames_per_s": frames_per_s, "wire_mbit": wire_mbit,
-            "window_cpu_pressure_pct": psi,
+            "window_cpu_pressure_pct": psi, "host_cores": host_cores,
+            "host_softirq_cores": (b["host_ticks"][1] - a["host_ticks"][1]) / hz / wall_s,
+            "host_us_per_frame": host_cores * 1e6 / frames_per_s,
             "components": comps, "delayline_threads": threads}
 
 
@@ -295,7 +305,18 @@ def snapshot(procs: dict[str, int], job_pid: int) -> dict:
     tasks["job"] = {tid: t for tid, t in job.items() if tid == job_pid}
     tasks["watcher"] = {tid: t for tid, t in job.items() if tid != job_pid}
     return {"t": time.monotonic(), "tasks": tasks, "net": read_net_dev(procs["delayline"]),
-            "psi_us": read_psi_some_us()}
+            "psi_us": read_psi_some_us(), "host_ticks": read_host_ticks()}
+
+
+def read_host_ticks() -> tuple[int, int]:
+    """(not busy, softirq) clock ticks summed over the host's CPUs (/proc/stat's first line;
+    not busy = idle + iowait + steal). The idle times are kept exactly by the kernel (NO_HZ),
+    where its busy counters are sampled at ticks that a CPU asleep between short bursts does
+    not take: the host's busy cores are the CPUs minus the not-busy ones, every process
+    and the kernel's own threads (ksoftirqd, NAPI threads) included."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return v[3] + v[4] + v[7], v[6]
 
 
 def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) -> dict:
@@ -326,6 +347,7 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
             time.sleep(0.05)
             procs = trial_processes(job.pid)
         t_rcv = time.monotonic()
+        row["rx_napi"] = set_rx_napi(job.pid, args.rx_napi)
         missing = [c for c in ("sender", "ping", "qsampler") if c not in procs]
         if missing:
             raise RuntimeError(f"not found in the trial's process tree: {', '.join(missing)}")
@@ -396,6 +418,46 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
     return row
 
 
+#: --rx-napi: how the veths the delay line sends into take its frames (testbed.netns.LINKS):
+#: "off" as trials run (the receiving stack runs inside the delay line's sendmmsg); "gro"
+#: turns GRO on there, which gives the veth a NAPI poll of its own (still run in the
+#: sender's softirq); "threaded" also runs that poll in a kernel thread (sysfs `threaded`).
+RX_NAPI = ("off", "gro", "threaded")
+RX_PEERS = (("cli", "ld-c0"), ("gw", "ld-gc"))
+
+
+def set_rx_napi(job_pid: int, mode: str) -> list[str]:
+    """Apply ``mode`` to the receiving veths of the trial of job ``job_pid`` (its namespaces
+    from its owner record); what was done, as command lines."""
+    if mode == "off":
+        return []
+    from latency_divide.testbed.netns import STATE_DIR, ns_name
+    from latency_divide.testbed.runners import LocalRunner
+
+    tags = []
+    for f in STATE_DIR.glob("*.json"):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("pid") == job_pid and "tag" in rec:
+            tags.append(rec["tag"])
+    if len(tags) != 1:
+        raise RuntimeError(f"--rx-napi {mode}: {len(tags)} owner records of job {job_pid} "
+                           f"in {STATE_DIR}, expected 1")
+    done = []
+    for role, dev in RX_PEERS:
+        r = LocalRunner(ns_name(tags[0], role))
+        r.run(["ethtool", "-K", dev, "gro", "on"])
+        done.append(" ".join(r.wrap(["ethtool", "-K", dev, "gro", "on"])))
+        if mode == "threaded":
+            r.run(["tee", f"/sys/class/net/{dev}/threaded"], input="1")
+            if r.run(["cat", f"/sys/class/net/{dev}/threaded"]).stdout.strip() != "1":
+                raise RuntimeError(f"--rx-napi threaded: {dev} did not take it")
+            done.append(" ".join(r.wrap(["tee", f"/sys/class/net/{dev}/threaded"])) + " <<< 1")
+    return done
+
+
 def wait_calm(pct: float, max_s: float = 60.0) -> float:
     """Wait (at most ``max_s``) until the host's CPU pressure (PSI some avg10) is below ``pct``."""
     t0 = time.monotonic()
@@ -423,7 +485,8 @@ def medians(runs: list[dict]) -> dict:
         m["loadavg_start"] = _med([r["loadavg_start"][0] for r in rs])
         for k in ("goodput_mbit", "frames_per_s", "wire_mbit", "window_s", "trial_cpu_s",
                   "window_cpu_pressure_pct",
-                  "trial_wall_s", "rt_cores_per_mbit", "dl_whole_us_per_frame"):
+                  "trial_wall_s", "rt_cores_per_mbit", "dl_whole_us_per_frame",
+                  "host_cores", "host_softirq_cores", "host_us_per_frame"):
             m[k] = _med([r.get(k) for r in rs])
         for k in ("late_ab_p50_us", "late_ab_p99_us", "late_ba_p50_us", "late_ba_p99_us"):
             m[f"dl_{k}"] = _med([r["delayline_log"].get(k) for r in rs])
@@ -474,6 +537,11 @@ def print_tables(med: dict) -> None:
               f"{_f(tot / m['goodput_mbit'] if m['goodput_mbit'] else None, '8.5f')}"
               f"   real-time (sender+receiver+delayline): "
               f"{_f(m['rt_cores_per_mbit'], '.5f')} cores/Mbit")
+        host = m.get("host_cores")
+        host_mbit = host / m["goodput_mbit"] if host is not None and m["goodput_mbit"] else None
+        print(f"{'host':16s} {_f(host, '7.4f')} {_f(host_mbit, '8.5f')} "
+              f"{_f(m.get('host_us_per_frame'), '9.2f')}   every CPU busy (/proc/stat), the "
+              f"kernel's threads included; softirq {_f(m.get('host_softirq_cores'), '.3f')} cores")
         print(f"delay line over its life: {_f(m['dl_whole_us_per_frame'], '.1f')} µs/frame; "
               f"release lateness a->b p50/p99 {_f(m['dl_late_ab_p50_us'], '.0f')}/"
               f"{_f(m['dl_late_ab_p99_us'], '.0f')} µs, b->a {_f(m['dl_late_ba_p50_us'], '.0f')}/"
@@ -509,7 +577,7 @@ COMPARE = ("goodput_mbit", "delayline/us_per_frame", "delayline/cs_per_frame",
            "delayline/vcs_per_frame", "delayline/syscalls_per_frame", "dl_whole_us_per_frame",
            "dl_late_ab_p99_us", "dl_late_ba_p99_us", "rt_cores_per_mbit",
            *(f"{c}/cores_per_mbit" for c in COMPONENTS), "sender/syscalls_per_frame",
-           "receiver/syscalls_per_frame", "trial_cpu_s")
+           "receiver/syscalls_per_frame", "host_us_per_frame", "trial_cpu_s")
 
 
 def print_baseline(med: dict, base_path: Path) -> None:
@@ -582,6 +650,9 @@ def parse_args(argv=None):
                    help="delay line binary (default target/release/delayline)")
     p.add_argument("--tquic-perf", type=Path, default=ROOT / "target" / "release" / "tquic-perf",
                    help="tquic-perf binary (default target/release/tquic-perf)")
+    p.add_argument("--rx-napi", choices=RX_NAPI, default="off",
+                   help="the receiving veths' NAPI: off (as trials run), gro, threaded "
+                   "(an experiment; see RX_NAPI)")
     p.add_argument("--json", type=Path, help="write every run and the medians here (atomic)")
     p.add_argument("--baseline", type=Path, help="a --json file to print the new figures beside")
     p.add_argument("--keep", type=Path, help="keep the trials under this directory")
@@ -617,7 +688,8 @@ def main(argv=None) -> int:
     est = sum(s + a.idle + 8 for _, s in plan)
     print(f"{len(plan)} trials ({a.repeats} x rates {','.join(f'{r:g}' for r in a.rates)} "
           f"Mbit/s), about {est / 60:.0f} min; delay line {a.delayline}, tquic-perf "
-          f"{a.tquic_perf}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)
+          f"{a.tquic_perf}; receiving veths' NAPI {a.rx_napi}; {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     runs: list[dict] = []
     keep = a.keep
     base = keep or Path(tempfile.mkdtemp(prefix="ld-bench-cost-"))
@@ -645,7 +717,8 @@ def main(argv=None) -> int:
                                         "sha256": sha256(a.tquic_perf)}},
             "settings": {"rtt_ms": a.rtt_ms, "window_bytes": a.window, "idle_s": a.idle,
                          "skip_s": a.skip, "link": "symmetric", "direction": "downlink",
-                         "cc": "cubic", "syscalls": "perf raw_syscalls:sys_enter"
+                         "cc": "cubic", "rx_napi": a.rx_napi,
+                         "syscalls": "perf raw_syscalls:sys_enter"
                          if a.syscalls else None},
             "runs": runs, "medians": med})
         print(f"\nwrote {a.json}")
