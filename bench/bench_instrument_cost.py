@@ -326,7 +326,8 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
     argv = [sys.executable, "-c", JOB_SHIM, str(rate_kbit), f"{args.rtt_ms:g}", str(unit),
             "--direction", "downlink", "--cc", "cubic", "--duration", f"{seconds:g}",
             "--idle", f"{args.idle:g}", "--window", str(args.window), "--retries", "0",
-            "--delay", "delayline", "--out", str(out)]
+            "--delay", "delayline", "--out", str(out),
+            *(f"--tool-arg={t}" for t in args.tool_arg)]
     env = {**os.environ, "LATENCY_DIVIDE_ROOT": str(root)}
     waited = wait_calm(args.calm_pct, args.calm_max_s)
     row = {"rate_mbit": rate_mbit, "seconds": seconds, "loadavg_start": list(os.getloadavg()),
@@ -653,6 +654,9 @@ def parse_args(argv=None):
     p.add_argument("--rx-napi", choices=RX_NAPI, default="off",
                    help="the receiving veths' NAPI: off (as trials run), gro, threaded "
                    "(an experiment; see RX_NAPI)")
+    p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
+                   help="an extra flag for both tool ends (latency-divide trial --tool-arg), "
+                   "e.g. --tool-arg=-gro=off; repeatable")
     p.add_argument("--json", type=Path, help="write every run and the medians here (atomic)")
     p.add_argument("--baseline", type=Path, help="a --json file to print the new figures beside")
     p.add_argument("--keep", type=Path, help="keep the trials under this directory")
@@ -717,7 +721,7 @@ def main(argv=None) -> int:
                                         "sha256": sha256(a.tquic_perf)}},
             "settings": {"rtt_ms": a.rtt_ms, "window_bytes": a.window, "idle_s": a.idle,
                          "skip_s": a.skip, "link": "symmetric", "direction": "downlink",
-                         "cc": "cubic", "rx_napi": a.rx_napi,
+                         "cc": "cubic", "rx_napi": a.rx_napi, "tool_args": a.tool_arg,
                          "syscalls": "perf raw_syscalls:sys_enter"
                          if a.syscalls else None},
             "runs": runs, "medians": med})
