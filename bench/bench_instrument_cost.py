@@ -424,7 +424,6 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
 #: turns GRO on there, which gives the veth a NAPI poll of its own (still run in the
 #: sender's softirq); "threaded" also runs that poll in a kernel thread (sysfs `threaded`).
 RX_NAPI = ("off", "gro", "threaded")
-RX_PEERS = (("cli", "ld-c0"), ("gw", "ld-gc"))
 
 
 def set_rx_napi(job_pid: int, mode: str) -> list[str]:
@@ -432,8 +431,12 @@ def set_rx_napi(job_pid: int, mode: str) -> list[str]:
     from its owner record); what was done, as command lines."""
     if mode == "off":
         return []
-    from latency_divide.testbed.netns import STATE_DIR, ns_name
+    from latency_divide.testbed.netns import DELAY_PORTS, LINKS, STATE_DIR, ns_name
     from latency_divide.testbed.runners import LocalRunner
+
+    # the (role, interface) at the other end of each delay port: gw's ld-gc, cli's ld-c0
+    peers = [b if a == ("dly", port) else a for a, b in LINKS for port in DELAY_PORTS
+             if ("dly", port) in (a, b)]
 
     tags = []
     for f in STATE_DIR.glob("*.json"):
@@ -447,7 +450,7 @@ def set_rx_napi(job_pid: int, mode: str) -> list[str]:
         raise RuntimeError(f"--rx-napi {mode}: {len(tags)} owner records of job {job_pid} "
                            f"in {STATE_DIR}, expected 1")
     done = []
-    for role, dev in RX_PEERS:
+    for role, dev in peers:
         r = LocalRunner(ns_name(tags[0], role))
         r.run(["ethtool", "-K", dev, "gro", "on"])
         done.append(" ".join(r.wrap(["ethtool", "-K", dev, "gro", "on"])))
