@@ -348,7 +348,7 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
             time.sleep(0.05)
             procs = trial_processes(job.pid)
         t_rcv = time.monotonic()
-        row["rx_napi"] = set_rx_napi(job.pid, args.rx_napi)
+        row["rx_napi"] = set_rx_napi(procs["delayline"], args.rx_napi)
         missing = [c for c in ("sender", "ping", "qsampler") if c not in procs]
         if missing:
             raise RuntimeError(f"not found in the trial's process tree: {', '.join(missing)}")
@@ -426,39 +426,35 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
 RX_NAPI = ("off", "gro", "threaded")
 
 
-def set_rx_napi(job_pid: int, mode: str) -> list[str]:
-    """Apply ``mode`` to the receiving veths of the trial of job ``job_pid`` (its namespaces
-    from its owner record); what was done, as command lines."""
+def set_rx_napi(delayline_pid: int, mode: str) -> list[str]:
+    """Apply ``mode`` to the receiving veths of the trial whose delay line is
+    ``delayline_pid`` (its namespaces by the delay node's name, `ip netns identify`); what
+    was done, as command lines."""
     if mode == "off":
         return []
-    from latency_divide.testbed.netns import DELAY_PORTS, LINKS, STATE_DIR, ns_name
+    from latency_divide.testbed.netns import DELAY_PORTS, LINKS, ns_name, parse_ns_name
     from latency_divide.testbed.runners import LocalRunner
 
     # the (role, interface) at the other end of each delay port: gw's ld-gc, cli's ld-c0
     peers = [b if a == ("dly", port) else a for a, b in LINKS for port in DELAY_PORTS
              if ("dly", port) in (a, b)]
-
-    tags = []
-    for f in STATE_DIR.glob("*.json"):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and rec.get("pid") == job_pid and "tag" in rec:
-            tags.append(rec["tag"])
-    if len(tags) != 1:
-        raise RuntimeError(f"--rx-napi {mode}: {len(tags)} owner records of job {job_pid} "
-                           f"in {STATE_DIR}, expected 1")
+    name = LocalRunner().run(["ip", "netns", "identify", str(delayline_pid)]).stdout.strip()
+    parsed = parse_ns_name(name)
+    if parsed is None:
+        raise RuntimeError(f"--rx-napi {mode}: the delay line {delayline_pid} runs in "
+                           f"namespace {name!r}, not one of a trial of ours")
+    tag = parsed[0]
     done = []
     for role, dev in peers:
-        r = LocalRunner(ns_name(tags[0], role))
-        r.run(["ethtool", "-K", dev, "gro", "on"])
-        done.append(" ".join(r.wrap(["ethtool", "-K", dev, "gro", "on"])))
+        r = LocalRunner(ns_name(tag, role))
+        gro, threaded = ["ethtool", "-K", dev, "gro", "on"], f"/sys/class/net/{dev}/threaded"
+        r.run(gro)
+        done.append(" ".join(r.wrap(gro)))
         if mode == "threaded":
-            r.run(["tee", f"/sys/class/net/{dev}/threaded"], input="1")
-            if r.run(["cat", f"/sys/class/net/{dev}/threaded"]).stdout.strip() != "1":
+            r.run(["tee", threaded], input="1")
+            if r.run(["cat", threaded]).stdout.strip() != "1":
                 raise RuntimeError(f"--rx-napi threaded: {dev} did not take it")
-            done.append(" ".join(r.wrap(["tee", f"/sys/class/net/{dev}/threaded"])) + " <<< 1")
+            done.append(" ".join(r.wrap(["tee", threaded])) + " <<< 1")
     return done
 
 
