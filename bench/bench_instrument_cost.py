@@ -328,7 +328,7 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
             "--idle", f"{args.idle:g}", "--window", str(args.window), "--retries", "0",
             "--delay", "delayline", "--out", str(out),
             *(f"--tool-arg={t}" for t in args.tool_arg)]
-    env = {**os.environ, "LATENCY_DIVIDE_ROOT": str(root)}
+    env = {**os.environ, "LATENCY_DIVIDE_ROOT": str(root), **trial_env(args.rx_napi)}
     waited = wait_calm(args.calm_pct, args.calm_max_s)
     row = {"rate_mbit": rate_mbit, "seconds": seconds, "loadavg_start": list(os.getloadavg()),
            "psi_avg10_start": psi_avg10(), "calm_wait_s": round(waited, 1)}
@@ -404,6 +404,8 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
     row.update(window_figures(a, b, b["t"] - a["t"], syscalls, goodput))
     row.update({
         "goodput_mbit": goodput, "health": meta["health"]["verdict"],
+        "health_failed": list(meta["health"].get("reasons") or []),
+        "instrument": meta.get("instrument", {}).get("generation"),
         "trial_cpu_s": total_cpu, "trial_wall_s": wall, "meta_cpu_s": meta["cpu_s"],
         "delayline_log": dl,
         "dl_whole_us_per_frame": (dl["cpu_s"] * 1e6 / dl["frames"]
@@ -411,51 +413,51 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
         "loadavg_end": list(os.getloadavg())})
     c = row["components"]
     row["rt_cores_per_mbit"] = sum(c[k]["cores"] for k in RT_COMPONENTS) / goodput
+    failed = f" ({'; '.join(row['health_failed'])})" if row["health_failed"] else ""
     log(f"  {rate_mbit:g} Mbit/s x {seconds:g} s: goodput {goodput:.2f} Mbit/s, "
         f"{row['frames_per_s']:.0f} frames/s, delay line "
         f"{c['delayline']['us_per_frame']:.1f} µs/frame, "
         f"{c['delayline']['cs_per_frame']:.2f} cs/frame; trial CPU {total_cpu:.2f} s; "
-        f"health {row['health']}; load {row['loadavg_start'][0]:.2f}", flush=True)
+        f"health {row['health']}{failed}"
+        f"; instrument {row['instrument']}; load {row['loadavg_start'][0]:.2f}", flush=True)
     return row
 
 
-#: --rx-napi: how the veths the delay line sends into take its frames (testbed.netns.LINKS):
-#: "off" as trials run (the receiving stack runs inside the delay line's sendmmsg); "gro"
-#: turns GRO on there, which gives the veth a NAPI poll of its own (still run in the
-#: sender's softirq); "threaded" also runs that poll in a kernel thread (sysfs `threaded`).
-RX_NAPI = ("off", "gro", "threaded")
+#: --rx-napi: how the veths the delay line sends into take its frames (testbed.netns.RX_PEERS):
+#: "auto" as trials run (threaded above trial.instrument.RX_NAPI_FROM_MBIT, else the kernel's
+#: default, where the receiving stack runs inside the delay line's sendmmsg); "off" and
+#: "threaded" force it (the trial's LATENCY_DIVIDE_RX_NAPI); "gro" turns GRO on there once the
+#: trial runs, which gives the veth a NAPI poll of its own, still run in the sender's softirq.
+RX_NAPI = ("auto", "off", "gro", "threaded")
 
 
 def set_rx_napi(delayline_pid: int, mode: str) -> list[str]:
-    """Apply ``mode`` to the receiving veths of the trial whose delay line is
-    ``delayline_pid`` (its namespaces by the delay node's name, `ip netns identify`); what
-    was done, as command lines."""
-    if mode == "off":
+    """For ``gro``: GRO on the receiving veths of the trial whose delay line is
+    ``delayline_pid`` (its namespaces by the delay node's name, `ip netns identify`); what was
+    done, as command lines. The other modes are the trial's own (trial_env)."""
+    if mode != "gro":
         return []
-    from latency_divide.testbed.netns import DELAY_PORTS, LINKS, ns_name, parse_ns_name
+    from latency_divide.testbed.netns import ns_name, parse_ns_name, rx_napi_commands
     from latency_divide.testbed.runners import LocalRunner
 
-    # the (role, interface) at the other end of each delay port: gw's ld-gc, cli's ld-c0
-    peers = [b if a == ("dly", port) else a for a, b in LINKS for port in DELAY_PORTS
-             if ("dly", port) in (a, b)]
     name = LocalRunner().run(["ip", "netns", "identify", str(delayline_pid)]).stdout.strip()
     parsed = parse_ns_name(name)
     if parsed is None:
         raise RuntimeError(f"--rx-napi {mode}: the delay line {delayline_pid} runs in "
                            f"namespace {name!r}, not one of a trial of ours")
-    tag = parsed[0]
     done = []
-    for role, dev in peers:
-        r = LocalRunner(ns_name(tag, role))
-        gro, threaded = ["ethtool", "-K", dev, "gro", "on"], f"/sys/class/net/{dev}/threaded"
-        r.run(gro)
-        done.append(" ".join(r.wrap(gro)))
-        if mode == "threaded":
-            r.run(["tee", threaded], input="1")
-            if r.run(["cat", threaded]).stdout.strip() != "1":
-                raise RuntimeError(f"--rx-napi threaded: {dev} did not take it")
-            done.append(" ".join(r.wrap(["tee", threaded])) + " <<< 1")
+    for node, argv, stdin in rx_napi_commands(mode):
+        r = LocalRunner(ns_name(parsed[0], node))
+        r.run(argv, input=stdin)
+        done.append(" ".join(r.wrap(argv)))
     return done
+
+
+def trial_env(mode: str) -> dict[str, str]:
+    """The trial job's LATENCY_DIVIDE_RX_NAPI for ``--rx-napi mode`` (gro: off, then GRO)."""
+    from latency_divide.testbed.local import RX_NAPI_ENV
+
+    return {RX_NAPI_ENV: "off" if mode == "gro" else mode}
 
 
 def wait_calm(pct: float, max_s: float = 60.0) -> float:
@@ -650,9 +652,9 @@ def parse_args(argv=None):
                    help="delay line binary (default target/release/delayline)")
     p.add_argument("--tquic-perf", type=Path, default=ROOT / "target" / "release" / "tquic-perf",
                    help="tquic-perf binary (default target/release/tquic-perf)")
-    p.add_argument("--rx-napi", choices=RX_NAPI, default="off",
-                   help="the receiving veths' NAPI: off (as trials run), gro, threaded "
-                   "(an experiment; see RX_NAPI)")
+    p.add_argument("--rx-napi", choices=RX_NAPI, default="auto",
+                   help="the receiving veths' NAPI: auto (as trials run: threaded above "
+                   "150 Mbit/s), off, gro, threaded (see RX_NAPI)")
     p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
                    help="an extra flag for both tool ends (latency-divide trial --tool-arg), "
                    "e.g. --tool-arg=-gro=off; repeatable")

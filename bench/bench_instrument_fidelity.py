@@ -53,11 +53,15 @@ from latency_divide.trial.layout import trial_meta_path
 from latency_divide.trial.sweep import alone_args, alone_variant, trial_ids
 
 
-def sample(cfg, reference: Path, n: int, seed: int) -> list[tuple]:
+def sample(cfg, reference: Path, n: int, seed: int,
+           only: set[tuple[int, str]] | None = None) -> list[tuple]:
     """A seeded sample of ``n`` published trials of ``cfg`` (one repetition each); half of it
-    from downlinks of $40 or more where the config has them."""
+    from downlinks of $40 or more where the config has them. ``only``: draw from these
+    (household, direction) links alone."""
     pool = []
     for t in trial_ids(cfg):
+        if only and (t[1], t[2]) not in only:
+            continue
         if rawio.exists(trial_meta_path(reference, *t).parent, "meta.json"):
             pool.append(t)
     # one repetition per (household, direction, variant): the lowest published
@@ -87,14 +91,22 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=40)
     ap.add_argument("--budget", type=int, default=None,
                     help="host_load budget (default: the workflow profile's)")
+    ap.add_argument("--only", action="append", default=[], metavar="HOUSEHOLD:DIRECTION",
+                    help="draw only from these links (repeatable), e.g. 798212:downlink")
     a = ap.parse_args()
+    only = set()
+    for item in a.only:
+        hid, _, direction = item.partition(":")
+        if not hid.isdigit() or direction not in ("uplink", "downlink"):
+            ap.error(f"--only {item!r}: want HOUSEHOLD:DIRECTION, e.g. 798212:downlink")
+        only.add((int(hid), direction))
     jobs, plans = [], []
     for item in a.samples:
         path, _, n = item.rpartition(":")
         if not path or not n.isdigit() or int(n) < 1:
             ap.error(f"{item!r}: want CONFIG:N, N >= 1 (e.g. config/config.yaml:40)")
         cfg = load_config(ROOT / path)
-        picked = sample(cfg, a.reference, int(n), a.seed)
+        picked = sample(cfg, a.reference, int(n), a.seed, only)
         if not picked:
             print(f"{path}: no published trial under {a.reference}", file=sys.stderr)
             return 1

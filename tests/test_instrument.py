@@ -66,7 +66,7 @@ def test_tool_batching_is_read_from_the_json_summary():
 def test_published_trials_without_a_record_are_legacy():
     assert instrument.generation_of({}) == "v1"
     assert instrument.generation_of({"instrument": {"generation": "v2"}}) == "v2"
-    with pytest.raises(ValueError, match="'v9' is not one of v1, v2"):
+    with pytest.raises(ValueError, match="'v9' is not one of v1, v2, v3"):
         instrument.generation_of({"instrument": {"generation": "v9"}})
     assert instrument.generation_of({"instrument": None}) == "v1"
 
@@ -81,8 +81,36 @@ def test_meta_keeps_a_compact_record():
                  "delay": {"mechanism": "delayline",
                            "delayline": {"version": "0.2.0", "engine": "batched",
                                          "window_us": 250, "frames_per_wake": 4,
-                                         "wakeups_per_frame": round(69411 / 157626, 4)}},
+                                         "wakeups_per_frame": round(69411 / 157626, 4)},
+                           "rx_napi": "off"},
                  "tool": {"name": "tquic-perf", "version": "tquic-perf 0.2.0",
                           "sender": {"send": "gso", "recv": "recvmmsg"}, "receiver": None}}
     assert instrument.generation_of({"instrument": c}) == "v2"
     assert len(json.dumps(c)) < 600
+
+
+def test_threaded_receiving_napi_is_generation_v3():
+    rec = instrument.instrument("delayline", V2_LOG, "", "", "tquic-perf", None, "threaded")
+    assert rec["generation"] == instrument.FAST == "v3"
+    assert rec["delay"]["rx_napi"] == "threaded"
+    c = instrument.compact(rec)
+    assert c["generation"] == "v3" and c["delay"]["rx_napi"] == "threaded"
+    assert instrument.generation_of({"instrument": c}) == "v3"
+    # the two-thread delay line stays v1 whatever its receivers had; netem has no delay line
+    assert instrument.instrument("delayline", V1_LOG, "", "", "tquic-perf", None,
+                                 "threaded")["generation"] == "v1"
+    rec = instrument.instrument("netem", "", "", "", "tquic-perf", None, "threaded")
+    assert rec["generation"] == "v2" and "rx_napi" not in rec["delay"]
+
+
+def test_receiving_napi_is_threaded_above_150_mbit_through_the_delay_line():
+    assert instrument.rx_napi_for("delayline", 150.0) == "off"
+    assert instrument.rx_napi_for("delayline", 176.8) == "threaded"
+    assert instrument.rx_napi_for("netem", 354.5) == "off"
+    assert instrument.rx_napi_for("delayline", 5.0, "threaded") == "threaded"
+    assert instrument.rx_napi_for("delayline", 354.5, "off") == "off"
+    assert instrument.planned_generation(64.9) == "v2"
+    assert instrument.planned_generation(354.5) == "v3"
+    assert instrument.planned_generation(354.5, "netem") == "v2"
+    with pytest.raises(ValueError, match="'fast': use one of auto, off, threaded"):
+        instrument.rx_napi_for("delayline", 300.0, "fast")

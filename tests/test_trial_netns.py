@@ -169,6 +169,8 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
         assert 0 < dl["wakeups_per_frame"] <= 1.5, dl
         assert inst["delay"]["delayline"]["engine"] == "batched"
     assert inst["generation"] == "v2"
+    if meta["delay_mechanism"] == "delayline":  # a slow link: the kernel's NAPI
+        assert inst["delay"]["rx_napi"] == "off" == meta["testbed"]["rx_napi"]
     assert detail["tool"]["sender_batching"]["send"]["mode"], detail["tool"]
     assert inst["tool"]["sender"]["send"] == detail["tool"]["sender_batching"]["send"]["mode"]
     # a slow link's processes run on one core, the record of it gone afterwards

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from latency_divide.trial.instrument import CURRENT, GENERATIONS
+from latency_divide.trial.instrument import CURRENT, GENERATIONS, planned_generation
 
 #: The Snakemake resource trials ask for (per mille of the host's CPU capacity).
 RESOURCE = "host_load"
@@ -138,11 +138,22 @@ V2_RT_CORES_PER_MBIT = 0.0065
 #: (0.0105 x 1.5 per Mbit/s with the delay line, about 0.011 without it), plus v2's delay
 #: line: 2.7 times tquic-perf's v2 rate.
 V2_TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 2.7}
+#: v3 (v2 with the receiving veths' NAPI threaded in kernel threads, which are not real-time:
+#: links above 150 Mbit/s, trial.instrument.rx_napi_for). bench/bench_instrument_cost.py,
+#: symmetric links, unbound Cubic, sender + receiver + delay line per Mbit/s of goodput: 0.0043
+#: at 300 Mbit/s (2026-11-28, 3 runs: bench/baselines/rx-napi-2026-11-28.txt) and 0.0044 at
+#: 354 (2 runs, both verdicts passing); the host as a whole 1.54 and 1.71 cores. 0.0047 is
+#: above both and puts the population's fastest downlink (354.5 Mbit/s, 1.69) under
+#: RT_HOST_SHARE x 2 cores; whether such a trial holds its bounds is its own health verdict
+#: (docs/emulation.md, "Instrument v3: the fast links").
+V3_RT_CORES_PER_MBIT = 0.0047
 
 COSTS: dict[str, Costs] = {
     "v1": Costs(CORES_PER_MBIT, RT_IDLE_CORES, RT_CORES_PER_MBIT, TOOL_FACTOR,
                 RT_FLOOR_CORES_BY_TOOL),
     "v2": Costs(V2_MEAN_CORES_PER_MBIT, V2_RT_IDLE_CORES, V2_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
+                RT_FLOOR_CORES_BY_TOOL, V2_FIXED_CPU_S, V2_RUN_CORES),
+    "v3": Costs(V2_MEAN_CORES_PER_MBIT, V2_RT_IDLE_CORES, V3_RT_CORES_PER_MBIT, V2_TOOL_FACTOR,
                 RT_FLOOR_CORES_BY_TOOL, V2_FIXED_CPU_S, V2_RUN_CORES),
 }
 assert set(COSTS) == set(GENERATIONS)
@@ -183,13 +194,14 @@ def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> f
 
 def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
              tool: str = "tquic-perf", testbed: str = "local",
-             generation: str = CURRENT) -> float:
+             generation: str | None = None) -> float:
     """Expected real-time cores of one trial at the tail of its load: the tool ends and the
     delay line, zero where the tools run on other hosts; by the cost model of the instrument
-    ``generation`` that measures (or measured) it."""
+    ``generation`` that measured it (default: the one a new trial at this rate gets,
+    trial.instrument.planned_generation)."""
     if testbed == "ssh":
         return 0.0
-    c = costs(generation)
+    c = costs(generation or planned_generation(carried_mbit(rate_kbit, rtt_ms, window_bytes)))
     factor = c.tool_factor.get(tool, max(c.tool_factor.values()))
     rate_part = c.rt_cores_per_mbit * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
     return max(c.rt_floor_by_tool.get(tool, 0.0), c.rt_idle_cores + rate_part)
@@ -197,12 +209,12 @@ def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
 
 def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                 tool: str = "tquic-perf", testbed: str = "local",
-                busy_s: float = 65.0, generation: str = CURRENT) -> float:
+                busy_s: float = 65.0, generation: str | None = None) -> float:
     """Expected mean CPU cores of one trial on this host over its ``busy_s`` seconds
-    (idle baseline + transfer)."""
+    (idle baseline + transfer), by the model of ``generation`` (default: as rt_cores)."""
     if testbed == "ssh":
         return SSH_CORES
-    c = costs(generation)
+    c = costs(generation or planned_generation(carried_mbit(rate_kbit, rtt_ms, window_bytes)))
     per_rate = c.cores_per_mbit * c.tool_factor.get(tool, max(c.tool_factor.values()))
     wall_s = busy_s + TRIAL_OVERHEAD_S
     return (c.fixed_cpu_s / wall_s + c.run_cores
@@ -217,7 +229,7 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 
 def beyond_host(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                 testbed: str = "local", cpu_count: int | None = None,
-                generation: str = CURRENT) -> str | None:
+                generation: str | None = None) -> str | None:
     """Why this host cannot emulate a trial's link even alone (its real-time work exceeds
     RT_HOST_SHARE of every core), or None. Such a trial is measured once, not retried
     (:func:`retries_for`), and the analysis leaves it out (analysis.metrics.beyond_host_of)."""
@@ -227,7 +239,7 @@ def beyond_host(plan, direction: str, window_bytes: int | None, tool: str = "tqu
 
 def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                  tool: str = "tquic-perf", testbed: str = "local",
-                 cpu_count: int | None = None, generation: str = CURRENT) -> str | None:
+                 cpu_count: int | None = None, generation: str | None = None) -> str | None:
     """:func:`beyond_host` from a link's rate and RTT and a host's core count (the analysis
     reads them, and the instrument's generation, from a trial's records)."""
     rt = rt_cores(rate_kbit, rtt_ms, window_bytes, tool, testbed, generation)

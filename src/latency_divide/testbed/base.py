@@ -173,6 +173,9 @@ class SliceBase:
     _delayline: Process | None = None
     #: CPU seconds of the delay line once stopped (None where not measured, e.g. over SSH)
     delayline_cpu_s: float | None = None
+    #: the receiving veths' NAPI (trial.instrument): ``threaded`` only where the local testbed
+    #: set it up (testbed.local)
+    rx_napi: str = "off"
 
     # processes ------------------------------------------------------------------------------
     def start(self, role: str, argv: list[str], *, stdout: Path | None = None,

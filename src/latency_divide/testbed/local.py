@@ -33,11 +33,18 @@ from latency_divide.testbed.netns import (
     new_tag,
     ns_name,
     remove_namespace,
+    rx_napi_commands,
+    rx_napi_state,
     setup_commands,
     write_owner_record,
 )
 from latency_divide.testbed.runners import LocalRunner, Process
+from latency_divide.trial.instrument import RX_NAPI_CHOICES, rx_napi_for
 from latency_divide.vocab import ROLES
+
+#: The environment variable that forces the receiving veths' NAPI (``auto``, the default, is
+#: by the link's rate: trial.instrument.rx_napi_for); for comparisons, recorded in meta.json.
+RX_NAPI_ENV = "LATENCY_DIVIDE_RX_NAPI"
 
 #: Programs a local trial runs (and the Debian package that has each).
 REQUIRED_PROGRAMS = {"ip": "iproute2", "tc": "iproute2", "ss": "iproute2",
@@ -58,6 +65,20 @@ def planned_delay_mechanism(choice: str) -> str:
     if choice == "auto" and os.geteuid() != 0:
         return "netem"
     return resolve_delay_mechanism(choice)
+
+
+def wanted_rx_napi(spec, plan) -> str:
+    """The receiving veths' NAPI for a trial (trial.instrument.rx_napi_for), by its carried
+    rate, or as ``LATENCY_DIVIDE_RX_NAPI`` forces it; a bad value is an error naming it."""
+    from latency_divide.ops.admission import carried_mbit
+
+    choice = os.environ.get(RX_NAPI_ENV, "auto")
+    if choice not in RX_NAPI_CHOICES:
+        raise EnvironmentError_(f"{RX_NAPI_ENV}={choice!r}: use one of "
+                                f"{', '.join(RX_NAPI_CHOICES)}")
+    mbit = carried_mbit(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
+                        spec.tool.window_bytes)
+    return rx_napi_for(plan.delay.mechanism, mbit, choice)
 
 
 class LocalTestbed:
@@ -88,7 +109,8 @@ class LocalTestbed:
                 "offloads": "ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on every veth end"}
 
     def open(self, spec, plan, log_dir: Path, found: dict) -> "Topology":
-        return Topology(plan, delayline_bin=found["delayline"], log_dir=log_dir)
+        return Topology(plan, delayline_bin=found["delayline"], log_dir=log_dir,
+                        rx_napi_wanted=wanted_rx_napi(spec, plan))
 
     def close(self) -> None:
         pass
@@ -107,6 +129,10 @@ class Topology(SliceBase):
     setup_s: float = 0.0
     teardown_s: float = 0.0
     _delayline: Process | None = None
+    #: the receiving veths' NAPI to set up (netns.rx_napi_commands) and, once up, what the
+    #: kernel says they have (rx_napi, for the trial's instrument record)
+    rx_napi_wanted: str = "off"
+    rx_napi: str = "off"
 
     @property
     def mechanism(self) -> str:
@@ -138,7 +164,8 @@ class Topology(SliceBase):
 
     def describe(self) -> dict:
         return {"kind": "local", "tag": self.tag, "namespaces": [self.ns(r) for r in ROLES],
-                "devices": {"gateway": dict(GATEWAY_EGRESS), "delay": list(DELAY_PORTS)}}
+                "devices": {"gateway": dict(GATEWAY_EGRESS), "delay": list(DELAY_PORTS)},
+                "rx_napi": self.rx_napi}
 
     @property
     def owner_file(self) -> Path:
@@ -156,6 +183,16 @@ class Topology(SliceBase):
         host = LocalRunner()
         for node, argv in setup_commands(self.tag, self.mechanism):
             (host if node is None else self.runner(node)).run(argv)
+        refused = [" ".join(argv) + f": {res.stderr.strip()}"
+                   for node, argv, stdin in rx_napi_commands(self.rx_napi_wanted)
+                   if (res := self.runner(node).run(argv, input=stdin, check=False)).returncode]
+        self.rx_napi = rx_napi_state(self.runner)
+        if self.rx_napi != self.rx_napi_wanted:
+            # a kernel without threaded NAPI (before 5.12): the trial runs as generation v2
+            # does, and its record says so (trial.instrument)
+            print(f"[latency-divide] WARNING: the receiving veths' NAPI is {self.rx_napi}, not "
+                  f"{self.rx_napi_wanted}: {'; '.join(refused) or 'this kernel refused it'}",
+                  file=sys.stderr, flush=True)
         self.shape_links(GATEWAY_EGRESS, DELAY_PORTS)
         self.setup_s = time.monotonic() - t0
         return self

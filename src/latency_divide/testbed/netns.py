@@ -56,6 +56,10 @@ LINKS = (
 #: The gateway's egress interface per direction (where the bottleneck queue lives).
 GATEWAY_EGRESS = {"uplink": "ld-gs", "downlink": "ld-gc"}
 DELAY_PORTS = ("ld-dg", "ld-dc")
+#: (node, ifname) of the veth end the delay line sends into through each delay port: the
+#: gateway's ld-gc, the client's ld-c0 (their NAPI: trial.instrument.rx_napi_for).
+RX_PEERS = tuple(b if a == ("dly", port) else a for a, b in LINKS for port in DELAY_PORTS
+                 if ("dly", port) in (a, b))
 
 #: a topology's tag: six hex digits (new_tag)
 TAG = re.compile(r"\A[0-9a-f]{6}\Z")
@@ -128,6 +132,33 @@ def setup_commands(tag: str, delay_mechanism: str) -> list[tuple[str | None, lis
             cmds.append(("dly", ["ip", "link", "set", port, "master", BRIDGE]))
         cmds.append(("dly", ["ip", "link", "set", BRIDGE, "up"]))
     return cmds
+
+
+def rx_napi_commands(mode: str) -> list[tuple[str, list[str], str | None]]:
+    """(node, argv, stdin) that give the receiving veths (RX_PEERS) ``mode``: ``gro`` (GRO on,
+    so that veth delivers through NAPI), ``threaded`` (that NAPI in a kernel thread of its own,
+    instead of inside the sender's system call) or ``off`` (nothing: the kernel's default, as
+    every trial of generation v2 ran). GRO merges no forwarded UDP (udp-gro-forwarding stays
+    off) and a socket's UDP only where the socket asks for it (UDP_GRO): the gateway forwards
+    and the bottleneck queues the frames the delay line sent."""
+    if mode not in ("off", "gro", "threaded"):
+        raise ValueError(f"receiving veths' NAPI {mode!r}: use off, gro or threaded")
+    cmds: list[tuple[str, list[str], str | None]] = []
+    if mode == "off":
+        return cmds
+    for node, dev in RX_PEERS:
+        cmds.append((node, ["ethtool", "-K", dev, "gro", "on"], None))
+        if mode == "threaded":
+            cmds.append((node, ["tee", f"/sys/class/net/{dev}/threaded"], "1"))
+    return cmds
+
+
+def rx_napi_state(runner_of) -> str:
+    """``threaded`` when every receiving veth's NAPI runs in its own thread, else ``off`` (read
+    back from sysfs through ``runner_of(node)``)."""
+    states = [runner_of(node).run(["cat", f"/sys/class/net/{dev}/threaded"]).stdout.strip()
+              for node, dev in RX_PEERS]
+    return "threaded" if all(v in ("1", "enabled") for v in states) else "off"
 
 
 def link_commands(plan) -> list[tuple[str, list[str]]]:

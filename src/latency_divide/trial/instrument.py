@@ -14,6 +14,11 @@ Generations:
   user-space delay line) and tquic-perf with UDP GSO / ``sendmmsg`` and ``recvmmsg`` (issue 40).
   mvfst's tperf is not ours and is the same in both; its trials are ``v2`` when the delay line
   is.
+- ``v3``: ``v2`` with threaded NAPI (and GRO) on the two veths the delay line sends into (the
+  gateway's ``ld-gc``, the client's ``ld-c0``): the receiving namespace's stack runs in a
+  kernel thread instead of inside the delay line's ``sendmmsg``. The local testbed uses it for
+  links that carry more than :data:`RX_NAPI_FROM_MBIT` (:func:`rx_napi_for`); slower links
+  stay ``v2`` (docs/emulation.md, "Instrument v3: the fast links").
 """
 
 from __future__ import annotations
@@ -24,9 +29,40 @@ from typing import Any
 
 #: The generation of trials that recorded no instrument (measured before 2026-11-27).
 LEGACY = "v1"
-#: The generation new trials are measured with.
+#: The generation of new trials on links up to RX_NAPI_FROM_MBIT (and with netem).
 CURRENT = "v2"
-GENERATIONS = (LEGACY, CURRENT)
+#: The generation of new trials on faster links through the delay line (rx_napi_for).
+FAST = "v3"
+GENERATIONS = (LEGACY, CURRENT, FAST)
+
+#: Above this many Mbit/s carried (ops.admission.carried_mbit) a trial through the delay line
+#: threads the NAPI of its receiving veths: at 300 Mbit/s that took 12 % off the host's CPU and
+#: halved the delay line's release lateness at p99; at 56 Mbit/s it only moved work between
+#: threads (bench/baselines/rx-napi-2026-11-28.txt). 150 puts every population downlink that v1
+#: could not hold (176.8-354.5 Mbit/s) under v3 and every paper trial (at most 64.9) under v2.
+RX_NAPI_FROM_MBIT = 150.0
+#: ``auto``: by the rate (above); ``off`` and ``threaded`` force it (comparisons; the trial's
+#: record says which it had, and its generation follows).
+RX_NAPI_CHOICES = ("auto", "off", "threaded")
+
+
+def rx_napi_for(mechanism: str, carried_mbit: float, choice: str = "auto") -> str:
+    """``threaded`` or ``off``: the receiving veths' NAPI of a trial through ``mechanism``
+    carrying up to ``carried_mbit``; netem has no delay line and keeps the kernel's default."""
+    if choice not in RX_NAPI_CHOICES:
+        raise ValueError(f"receiving veths' NAPI {choice!r}: use one of "
+                         f"{', '.join(RX_NAPI_CHOICES)}")
+    if mechanism != "delayline":
+        return "off"
+    if choice == "auto":
+        return "threaded" if carried_mbit > RX_NAPI_FROM_MBIT else "off"
+    return choice
+
+
+def planned_generation(carried_mbit: float, mechanism: str = "delayline") -> str:
+    """The generation a new trial carrying up to ``carried_mbit`` is measured with (what the
+    admission prices it by)."""
+    return FAST if rx_napi_for(mechanism, carried_mbit) == "threaded" else CURRENT
 
 _READY = re.compile(r"^delayline ready (.*)$", re.M)
 _USAGE = re.compile(r"^delayline usage (.*)$", re.M)
@@ -97,18 +133,22 @@ def tool_batching(json_text: str) -> dict[str, Any] | None:
 
 
 def instrument(mechanism: str, delayline_log: str, sender_json: str, receiver_json: str,
-               tool_name: str, tool_version: str | None) -> dict[str, Any]:
-    """meta.json ``instrument`` of a trial just measured, from its delay line's log and the
-    tool ends' JSON summaries (tquic-perf; "" for tperf)."""
+               tool_name: str, tool_version: str | None, rx_napi: str = "off") -> dict[str, Any]:
+    """meta.json ``instrument`` of a trial just measured, from its delay line's log, the tool
+    ends' JSON summaries (tquic-perf; "" for tperf) and the receiving veths' NAPI as the
+    testbed read it back (``threaded`` or ``off``)."""
     dl = delayline_facts(delayline_log) if mechanism == "delayline" else None
     rec: dict[str, Any] = {
-        "delay": {"mechanism": mechanism, **({"delayline": dl} if dl else {})},
+        "delay": {"mechanism": mechanism, **({"delayline": dl} if dl else {}),
+                  **({"rx_napi": rx_napi} if dl else {})},
         "tool": {"name": tool_name, "version": tool_version,
                  "sender_batching": tool_batching(sender_json),
                  "receiver_batching": tool_batching(receiver_json)},
     }
     batched_line = mechanism == "netem" or (dl is not None and dl["engine"] == "batched")
-    rec["generation"] = CURRENT if batched_line else LEGACY
+    threaded = dl is not None and rx_napi == "threaded"
+    rec["generation"] = (FAST if batched_line and threaded
+                         else CURRENT if batched_line else LEGACY)
     return rec
 
 
@@ -123,6 +163,8 @@ def compact(rec: dict[str, Any]) -> dict[str, Any]:
     if dl:
         out["delay"]["delayline"] = {k: dl.get(k) for k in (
             "version", "engine", "window_us", "frames_per_wake", "wakeups_per_frame")}
+        if "rx_napi" in rec["delay"]:
+            out["delay"]["rx_napi"] = rec["delay"]["rx_napi"]
     tool = rec["tool"]
 
     def modes(b):

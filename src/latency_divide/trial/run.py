@@ -264,7 +264,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     trial_health = health(sched, dl_text, d / QUEUE_LOG, timing["transfer_started_unix"],
                           timing["transfer_ended_unix"], spec.queue_interval_s, cpu)
     measured_by = instrument(found["mechanism"], dl_text, snd_json, rcv_json, spec.tool.name,
-                             found["tool_version"])
+                             found["tool_version"], topo.rx_napi)
 
     return {
         "format_version": FORMAT_VERSION,
