@@ -54,13 +54,13 @@ from latency_divide.trial.sweep import alone_args, alone_variant, trial_ids
 
 
 def sample(cfg, reference: Path, n: int, seed: int,
-           only: set[tuple[int, str]] | None = None) -> list[tuple]:
+           only: set[tuple] | None = None) -> list[tuple]:
     """A seeded sample of ``n`` published trials of ``cfg`` (one repetition each); half of it
     from downlinks of $40 or more where the config has them. ``only``: draw from these
-    (household, direction) links alone."""
+    (household, direction) links, or (household, direction, variant) trials, alone."""
     pool = []
     for t in trial_ids(cfg):
-        if only and (t[1], t[2]) not in only:
+        if only and (t[1], t[2]) not in only and (t[1], t[2], t[3]) not in only:
             continue
         if rawio.exists(trial_meta_path(reference, *t).parent, "meta.json"):
             pool.append(t)
@@ -91,15 +91,18 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=40)
     ap.add_argument("--budget", type=int, default=None,
                     help="host_load budget (default: the workflow profile's)")
-    ap.add_argument("--only", action="append", default=[], metavar="HOUSEHOLD:DIRECTION",
-                    help="draw only from these links (repeatable), e.g. 798212:downlink")
+    ap.add_argument("--only", action="append", default=[],
+                    metavar="HOUSEHOLD:DIRECTION[:VARIANT]",
+                    help="draw only from these links or trials (repeatable), e.g. "
+                    "798212:downlink or 657938:downlink:copa-0.5")
     a = ap.parse_args()
-    only = set()
+    only: set[tuple] = set()
     for item in a.only:
-        hid, _, direction = item.partition(":")
-        if not hid.isdigit() or direction not in ("uplink", "downlink"):
-            ap.error(f"--only {item!r}: want HOUSEHOLD:DIRECTION, e.g. 798212:downlink")
-        only.add((int(hid), direction))
+        hid, direction, *variant = item.split(":")
+        if not hid.isdigit() or direction not in ("uplink", "downlink") or len(variant) > 1:
+            ap.error(f"--only {item!r}: want HOUSEHOLD:DIRECTION[:VARIANT], e.g. "
+                     "798212:downlink")
+        only.add((int(hid), direction, *variant))
     jobs, plans = [], []
     for item in a.samples:
         path, _, n = item.rpartition(":")
