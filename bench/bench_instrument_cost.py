@@ -654,7 +654,7 @@ def parse_args(argv=None):
                    help="tquic-perf binary (default target/release/tquic-perf)")
     p.add_argument("--rx-napi", choices=RX_NAPI, default="auto",
                    help="the receiving veths' NAPI: auto (as trials run: threaded above "
-                   "150 Mbit/s), off, gro, threaded (see RX_NAPI)")
+                   "250 Mbit/s for Cubic), off, gro, threaded (see RX_NAPI)")
     p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
                    help="an extra flag for both tool ends (latency-divide trial --tool-arg), "
                    "e.g. --tool-arg=-gro=off; repeatable")

@@ -103,14 +103,21 @@ def test_threaded_receiving_napi_is_generation_v3():
     assert rec["generation"] == "v2" and "rx_napi" not in rec["delay"]
 
 
-def test_receiving_napi_is_threaded_above_150_mbit_through_the_delay_line():
-    assert instrument.rx_napi_for("delayline", 150.0) == "off"
-    assert instrument.rx_napi_for("delayline", 176.8) == "threaded"
-    assert instrument.rx_napi_for("netem", 354.5) == "off"
-    assert instrument.rx_napi_for("delayline", 5.0, "threaded") == "threaded"
-    assert instrument.rx_napi_for("delayline", 354.5, "off") == "off"
+def test_receiving_napi_is_threaded_above_250_mbit_for_the_variants_checked():
+    assert instrument.rx_napi_for("delayline", 250.0) == "off"
+    assert instrument.rx_napi_for("delayline", 236.5, cc="cubic") == "off"
+    for cc, delta in (("cubic", None), ("bbr", None), ("copa", 0.04), ("copa", 0.01)):
+        assert instrument.rx_napi_for("delayline", 299.7, cc=cc, delta=delta) == "threaded"
+    # v3 moved Copa delta 0.5 against v2: its trials stay v2
+    assert instrument.rx_napi_for("delayline", 299.7, cc="copa", delta=0.5) == "off"
+    assert instrument.rx_napi_for("delayline", 299.7, cc="copa", delta=0.1) == "off"
+    assert instrument.rx_napi_for("delayline", 299.7, cc="bbr3") == "off"
+    assert instrument.rx_napi_for("netem", 354.5, cc="cubic") == "off"
+    assert instrument.rx_napi_for("delayline", 5.0, "threaded", "copa", 0.5) == "threaded"
+    assert instrument.rx_napi_for("delayline", 354.5, "off", "cubic") == "off"
     assert instrument.planned_generation(64.9) == "v2"
-    assert instrument.planned_generation(354.5) == "v3"
+    assert instrument.planned_generation(299.7) == "v3"
+    assert instrument.planned_generation(299.7, cc="copa", delta=0.5) == "v2"
     assert instrument.planned_generation(354.5, "netem") == "v2"
     with pytest.raises(ValueError, match="'fast': use one of auto, off, threaded"):
         instrument.rx_napi_for("delayline", 300.0, "fast")

@@ -1,6 +1,8 @@
 """The receiving veths' NAPI (instrument v3): which veths, the commands, and real topologies
 that thread it for a fast link and leave a slow one as the kernel has it."""
 
+import os
+
 import pytest
 
 from latency_divide.data.households import get_household
@@ -30,13 +32,13 @@ def test_the_receiving_veths_are_the_far_ends_of_the_delay_ports():
         rx_napi_commands("busy")
 
 
-def _spec(hid: int, direction: str = "downlink", window: int = 16 << 20) -> TrialSpec:
-    return TrialSpec(household=get_household(hid), direction=direction,
-                     variant=Variant(name="cubic", cc="cubic"),
+def _spec(hid: int, direction: str = "downlink", window: int = 16 << 20,
+          variant: Variant = Variant(name="cubic", cc="cubic")) -> TrialSpec:
+    return TrialSpec(household=get_household(hid), direction=direction, variant=variant,
                      tool=ToolSettings(name="tquic-perf", path=None, window_bytes=window))
 
 
-def test_a_trial_threads_them_by_its_carried_rate(monkeypatch):
+def test_a_trial_threads_them_by_its_carried_rate_and_variant(monkeypatch):
     monkeypatch.delenv(RX_NAPI_ENV, raising=False)
     fast, slow = get_household(676068), get_household(11406)
     dl = "delayline"
@@ -48,6 +50,15 @@ def test_a_trial_threads_them_by_its_carried_rate(monkeypatch):
     # a receiver window that holds it under 150 Mbit/s: off
     assert wanted_rx_napi(_spec(676068, window=65536), make_linkplan(fast, mechanism=dl)) \
         == "off"
+    # v2 holds 657938's 236.5 Mbit/s downlink: off; Copa delta 0.5, which v3 moved, stays off
+    mid = get_household(657938)
+    assert wanted_rx_napi(_spec(657938), make_linkplan(mid, mechanism=dl)) == "off"
+    copa = Variant(name="copa-0.5", cc="copa", delta=0.5)
+    assert wanted_rx_napi(_spec(676068, variant=copa), make_linkplan(fast, mechanism=dl)) \
+        == "off"
+    copa = Variant(name="copa-0.04", cc="copa", delta=0.04)
+    assert wanted_rx_napi(_spec(676068, variant=copa), make_linkplan(fast, mechanism=dl)) \
+        == "threaded"
     monkeypatch.setenv(RX_NAPI_ENV, "threaded")
     assert wanted_rx_napi(_spec(11406), make_linkplan(slow, mechanism=dl)) == "threaded"
     monkeypatch.setenv(RX_NAPI_ENV, "yes")
@@ -109,3 +120,19 @@ def test_a_trial_with_threaded_receivers_records_instrument_v3(tmp_path, monkeyp
     assert meta["testbed"]["rx_napi"] == "threaded"
     assert meta["tool"]["receiver_exit_code"] == 0
     assert our_namespaces(meta["testbed"]["tag"]) == []
+
+
+def test_the_admission_prices_a_trial_by_the_generation_it_gets():
+    """797442's 299.7 Mbit/s downlink: Cubic gets v3 and fits 2 cores (retried as any trial);
+    Copa delta 0.5 stays on v2, beyond them: measured once, saying so."""
+    from latency_divide.ops import admission
+
+    copa = _spec(797442, variant=Variant(name="copa-0.5", cc="copa", delta=0.5))
+    assert admission.spec_generation(_spec(797442)) == "v3"
+    assert admission.spec_generation(copa) == "v2"
+    assert admission.spec_rt_cores(copa) > admission.spec_rt_cores(_spec(797442))
+    if (os.cpu_count() or 1) == 2:  # the verdicts of this 2-core host
+        said: list[str] = []
+        assert admission.retries_for(_spec(797442), 2, log=said.append) == 2 and not said
+        assert admission.retries_for(copa, 2, log=said.append) == 0
+        assert "measured once" in said[0]

@@ -69,7 +69,8 @@ def planned_delay_mechanism(choice: str) -> str:
 
 def wanted_rx_napi(spec, plan) -> str:
     """The receiving veths' NAPI for a trial (trial.instrument.rx_napi_for), by its carried
-    rate, or as ``LATENCY_DIVIDE_RX_NAPI`` forces it; a bad value is an error naming it."""
+    rate and variant, or as ``LATENCY_DIVIDE_RX_NAPI`` forces it; a bad value is an error
+    naming it."""
     from latency_divide.ops.admission import carried_mbit
 
     choice = os.environ.get(RX_NAPI_ENV, "auto")
@@ -78,7 +79,8 @@ def wanted_rx_napi(spec, plan) -> str:
                                 f"{', '.join(RX_NAPI_CHOICES)}")
     mbit = carried_mbit(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
                         spec.tool.window_bytes)
-    return rx_napi_for(plan.delay.mechanism, mbit, choice)
+    v = spec.variant
+    return rx_napi_for(plan.delay.mechanism, mbit, choice, v.cc, v.delta)
 
 
 class LocalTestbed:
