@@ -65,6 +65,8 @@ CODE_MODULES = (
     "latency_divide.parsers.queue",
     "latency_divide.parsers.tool",
     "latency_divide.paths",
+    "latency_divide.testbed",
+    "latency_divide.testbed.rxnapi",
     "latency_divide.trial",
     "latency_divide.trial.definition",
     "latency_divide.trial.health",

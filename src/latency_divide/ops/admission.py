@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from latency_divide.testbed.rxnapi import carried_mbit  # noqa: F401 (also ours to name)
 from latency_divide.trial.instrument import CURRENT, GENERATIONS, planned_generation
 
 #: The Snakemake resource trials ask for (per mille of the host's CPU capacity).
@@ -139,7 +140,7 @@ V2_RT_CORES_PER_MBIT = 0.0065
 #: line: 2.7 times tquic-perf's v2 rate.
 V2_TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 2.7}
 #: v3 (v2 with the receiving veths' NAPI threaded in kernel threads, which are not real-time: links
-#: above 250 Mbit/s and the variants checked, trial.instrument.rx_napi_for).
+#: above 250 Mbit/s and the variants checked, testbed.rxnapi.rx_napi_for).
 #: bench/bench_instrument_cost.py, symmetric links, unbound Cubic, sender + receiver + delay line
 #: per Mbit/s of goodput: 0.0043 at 300 Mbit/s (2026-11-28, 3 runs:
 #: bench/baselines/rx-napi-2026-11-28.txt) and 0.0044 at 354 (2 runs); the host as a whole 1.54 and
@@ -186,15 +187,6 @@ RT_HEADROOM = 1.15
 #: transfer overlapped more than 1.7 cores of it on 2 cores failed (above). A trial that alone
 #: needs more cannot hold its emulation here, whatever else runs (:func:`beyond_host`).
 RT_HOST_SHARE = 0.85
-
-
-def carried_mbit(rate_kbit: float, rtt_ms: float, window_bytes: int | None) -> float:
-    """The most a trial can carry: the shaped rate, or less when the receiver window binds
-    (window per RTT; queueing only lowers it further, so this is an upper bound)."""
-    mbit = rate_kbit / 1000.0
-    if window_bytes and rtt_ms > 0:
-        mbit = min(mbit, window_bytes * 8 / rtt_ms / 1000.0)
-    return mbit
 
 
 def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,

@@ -39,11 +39,12 @@ from latency_divide.testbed.netns import (
     write_owner_record,
 )
 from latency_divide.testbed.runners import LocalRunner, Process
-from latency_divide.trial.instrument import RX_NAPI_CHOICES, rx_napi_for
+from latency_divide.testbed.rxnapi import RX_NAPI_CHOICES, carried_mbit, rx_napi_for
 from latency_divide.vocab import ROLES
 
 #: The environment variable that forces the receiving veths' NAPI (``auto``, the default, is
-#: by the link's rate: trial.instrument.rx_napi_for); for comparisons, recorded in meta.json.
+#: by the link's rate and the variant: testbed.rxnapi.rx_napi_for); for comparisons, recorded
+#: in meta.json.
 RX_NAPI_ENV = "LATENCY_DIVIDE_RX_NAPI"
 
 #: Programs a local trial runs (and the Debian package that has each).
@@ -68,11 +69,9 @@ def planned_delay_mechanism(choice: str) -> str:
 
 
 def wanted_rx_napi(spec, plan) -> str:
-    """The receiving veths' NAPI for a trial (trial.instrument.rx_napi_for), by its carried
+    """The receiving veths' NAPI for a trial (testbed.rxnapi.rx_napi_for), by its carried
     rate and variant, or as ``LATENCY_DIVIDE_RX_NAPI`` forces it; a bad value is an error
     naming it."""
-    from latency_divide.ops.admission import carried_mbit
-
     choice = os.environ.get(RX_NAPI_ENV, "auto")
     if choice not in RX_NAPI_CHOICES:
         raise EnvironmentError_(f"{RX_NAPI_ENV}={choice!r}: use one of "

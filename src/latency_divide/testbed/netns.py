@@ -57,7 +57,7 @@ LINKS = (
 GATEWAY_EGRESS = {"uplink": "ld-gs", "downlink": "ld-gc"}
 DELAY_PORTS = ("ld-dg", "ld-dc")
 #: (node, ifname) of the veth end the delay line sends into through each delay port: the
-#: gateway's ld-gc, the client's ld-c0 (their NAPI: trial.instrument.rx_napi_for).
+#: gateway's ld-gc, the client's ld-c0 (their NAPI: testbed.rxnapi.rx_napi_for).
 RX_PEERS = tuple(b if a == ("dly", port) else a for a, b in LINKS for port in DELAY_PORTS
                  if ("dly", port) in (a, b))
 

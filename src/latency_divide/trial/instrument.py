@@ -17,8 +17,8 @@ Generations:
 - ``v3``: ``v2`` with threaded NAPI (and GRO) on the two veths the delay line sends into (the
   gateway's ``ld-gc``, the client's ``ld-c0``): the receiving namespace's stack runs in a
   kernel thread instead of inside the delay line's ``sendmmsg``. The local testbed uses it for
-  links that carry more than :data:`RX_NAPI_FROM_MBIT`, for the variants it was checked on
-  (:func:`rx_napi_for`); everything else stays ``v2`` (docs/emulation.md, "Instrument v3:
+  links that carry more than ``RX_NAPI_FROM_MBIT``, for the variants it was checked on
+  (testbed.rxnapi.rx_napi_for); everything else stays ``v2`` (docs/emulation.md, "Instrument v3:
   the fast links").
 """
 
@@ -28,6 +28,13 @@ import json
 import re
 from typing import Any
 
+from latency_divide.testbed.rxnapi import (  # noqa: F401 (the policy, named here too)
+    RX_NAPI_CHOICES,
+    RX_NAPI_FROM_MBIT,
+    rx_napi_for,
+    v3_measures,
+)
+
 #: The generation of trials that recorded no instrument (measured before 2026-11-27).
 LEGACY = "v1"
 #: The generation of new trials on links up to RX_NAPI_FROM_MBIT (and with netem).
@@ -35,47 +42,6 @@ CURRENT = "v2"
 #: The generation of new trials on faster links through the delay line (rx_napi_for).
 FAST = "v3"
 GENERATIONS = (LEGACY, CURRENT, FAST)
-
-#: Above this many Mbit/s carried (ops.admission.carried_mbit) a trial through the delay line
-#: threads the NAPI of its receiving veths: where v2 cannot hold the link on two cores (it held
-#: 236.5 Mbit/s, not 299.7). At 300 Mbit/s v3 took 12 % off the host's CPU and halved the delay
-#: line's release lateness at p99 (bench/baselines/rx-napi-2026-11-28.txt).
-RX_NAPI_FROM_MBIT = 250.0
-#: The variants v3 measures as v2 does, checked against repeated runs of both on the links v2
-#: holds (176.8 and 236.5 Mbit/s, 2026-11-28; docs/emulation.md, "Instrument v3: the fast
-#: links"): Cubic, BBR and Copa with delta up to 0.04. Copa delta 0.5 moved (0.81-0.89 of the
-#: 236.5 Mbit/s link against v2's 0.92-0.93 today): its 2-packet standing queue is shorter than
-#: the batches the NAPI thread delivers, so its trials stay on v2 (beyond the host there).
-V3_CCS = ("cubic", "bbr")
-V3_COPA_MAX_DELTA = 0.04
-#: ``auto``: by the rate and variant (above); ``off`` and ``threaded`` force it (comparisons;
-#: the trial's record says which it had, and its generation follows).
-RX_NAPI_CHOICES = ("auto", "off", "threaded")
-
-
-def v3_measures(cc: str | None, delta: float | None = None) -> bool:
-    """Whether v3 is checked to measure this variant as v2 does (``cc`` None: a link alone,
-    whatever runs on it)."""
-    if cc is None:
-        return True
-    return cc in V3_CCS or (cc == "copa" and delta is not None and delta <= V3_COPA_MAX_DELTA)
-
-
-def rx_napi_for(mechanism: str, carried_mbit: float, choice: str = "auto",
-                cc: str | None = None, delta: float | None = None) -> str:
-    """``threaded`` or ``off``: the receiving veths' NAPI of a trial of variant ``cc``/``delta``
-    through ``mechanism`` carrying up to ``carried_mbit``; netem has no delay line and keeps
-    the kernel's default."""
-    if choice not in RX_NAPI_CHOICES:
-        raise ValueError(f"receiving veths' NAPI {choice!r}: use one of "
-                         f"{', '.join(RX_NAPI_CHOICES)}")
-    if mechanism != "delayline":
-        return "off"
-    if choice == "auto":
-        fast = carried_mbit > RX_NAPI_FROM_MBIT and v3_measures(cc, delta)
-        return "threaded" if fast else "off"
-    return choice
-
 
 def planned_generation(carried_mbit: float, mechanism: str = "delayline",
                        cc: str | None = None, delta: float | None = None) -> str:
