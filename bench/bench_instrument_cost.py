@@ -424,7 +424,7 @@ def run_one(rate_mbit: float, seconds: float, args, root: Path, out: Path, log) 
 
 
 #: --rx-napi: how the veths the delay line sends into take its frames (testbed.netns.RX_PEERS):
-#: "auto" as trials run (threaded above trial.instrument.RX_NAPI_FROM_MBIT, else the kernel's
+#: "auto" as trials run (threaded above testbed.rxnapi.RX_NAPI_FROM_MBIT, else the kernel's
 #: default, where the receiving stack runs inside the delay line's sendmmsg); "off" and
 #: "threaded" force it (the trial's LATENCY_DIVIDE_RX_NAPI); "gro" turns GRO on there once the
 #: trial runs, which gives the veth a NAPI poll of its own, still run in the sender's softirq.
