@@ -1,4 +1,5 @@
-"""What the benchmarks that build namespaces and run our delay line share."""
+"""What the benchmarks that build namespaces and run our delay line share, and what a wake-up
+costs on this machine (host_calibration)."""
 
 import os
 import sys
@@ -45,3 +46,98 @@ def wire_line(ns: dict[str, str], if_a: str, if_da: str, if_db: str, if_b: str,
         LocalRunner(netns=ns[role]).run(["ip", "link", "set", "lo", "up"])
     LocalRunner(netns=ns["a"]).run(["ip", "addr", "add", f"{ADDR_A}/24", "dev", if_a])
     LocalRunner(netns=ns["b"]).run(["ip", "addr", "add", f"{ADDR_B}/24", "dev", if_b])
+
+
+def _in_child(fn, *args):
+    """``fn(*args)`` (a dict) run in a forked child, so its scheduling policy and CPU
+    affinity stay its own; None if the child failed."""
+    import json
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no return, no cleanup handlers of the parent
+        try:
+            os.close(r)
+            os.write(w, json.dumps(fn(*args)).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data) if data else None
+
+
+def _cpu_s() -> float:
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _timer_wakeups(n: int, period_s: float) -> dict:
+    """CPU per timer wake-up of a loop sleeping to absolute times ``period_s`` apart, at
+    SCHED_FIFO 10 (the delay line's priority) where the host allows it."""
+    import time
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        policy = "SCHED_FIFO 10"
+    except OSError:
+        policy = "normal"
+    c0, t = _cpu_s(), time.monotonic()
+    for _ in range(n):
+        t += period_s
+        left = t - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+    return {"cpu_us": round((_cpu_s() - c0) / n * 1e6, 1), "policy": policy}
+
+
+def _pingpong(n: int, cpu_a: int, cpu_b: int) -> dict:
+    """Wall time of one wake-up of a process blocked on a pipe by a process on ``cpu_a``, the
+    woken one on ``cpu_b`` (the same core, or an interrupt to the other one)."""
+    import time
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.sched_setaffinity(0, {cpu_b})
+            for _ in range(n):
+                os.read(r1, 1)
+                os.write(w2, b"x")
+        finally:
+            os._exit(0)
+    os.sched_setaffinity(0, {cpu_a})
+    t0 = time.monotonic()
+    for _ in range(n):
+        os.write(w1, b"x")
+        os.read(r2, 1)
+    wall = time.monotonic() - t0
+    os.waitpid(pid, 0)
+    for fd in (r1, w1, r2, w2):
+        os.close(fd)
+    return {"wall_us": round(wall / (2 * n) * 1e6, 1)}
+
+
+def host_calibration(wakeups: int = 20000) -> dict:
+    """What a wake-up costs on this machine, beside its CPU model and kernel: the instrument's
+    cost is mostly wake-ups, so the figures of benches run on different machines compare only
+    through these (docs/emulation.md, "The machine"). About 2.5 s."""
+    from latency_divide.trial.meta import cpu_model
+    cal = {"cpu_model": cpu_model(), "kernel": os.uname().release, "cpus": os.cpu_count()}
+    timer = _in_child(_timer_wakeups, wakeups, 100e-6) or {}
+    cal["timer_wake_cpu_us"], cal["timer_policy"] = timer.get("cpu_us"), timer.get("policy")
+    same = _in_child(_pingpong, wakeups // 4, 0, 0) or {}
+    cal["same_core_wake_us"] = same.get("wall_us")
+    cross = _in_child(_pingpong, wakeups // 4, 0, 1) if (os.cpu_count() or 1) > 1 else None
+    cal["cross_core_wake_us"] = (cross or {}).get("wall_us")
+    return cal
+
+
+def calibration_line(cal: dict) -> str:
+    """:func:`host_calibration` in one line, for a bench's header."""
+    def us(x):
+        return "n/a" if x is None else f"{x:.1f} µs"
+    return (f"host: {cal['cpu_model'] or 'CPU model unknown'}, kernel {cal['kernel']}, "
+            f"{cal['cpus']} CPUs; a timer wake-up {us(cal['timer_wake_cpu_us'])} of CPU "
+            f"({cal['timer_policy']}), a wake-up on the same core {us(cal['same_core_wake_us'])} "
+            f"and across cores {us(cal['cross_core_wake_us'])} of wall time")

@@ -77,6 +77,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from _common import calibration_line, host_calibration  # noqa: E402
 from latency_divide.fsio import write_json_atomic  # noqa: E402
 from latency_divide.paths import git_revision  # noqa: E402
 from latency_divide.testbed.netns import DELAY_PORTS  # noqa: E402
@@ -695,6 +696,9 @@ def main(argv=None) -> int:
           f"Mbit/s), about {est / 60:.0f} min; delay line {a.delayline}, tquic-perf "
           f"{a.tquic_perf}; receiving veths' NAPI {a.rx_napi}; {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.2f}", flush=True)
+    # what a wake-up costs here: the figures of another machine compare only through it
+    cal = host_calibration()
+    print(calibration_line(cal), flush=True)
     runs: list[dict] = []
     keep = a.keep
     base = keep or Path(tempfile.mkdtemp(prefix="ld-bench-cost-"))
@@ -716,7 +720,7 @@ def main(argv=None) -> int:
             "format": FORMAT, "created_at": started, "label": a.label,
             "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
             "git_revision": git_revision(ROOT),
-            "host": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+            "host": cal,
             "binaries": {"delayline": {"path": str(a.delayline), "sha256": sha256(a.delayline)},
                          "tquic_perf": {"path": str(a.tquic_perf),
                                         "sha256": sha256(a.tquic_perf)}},

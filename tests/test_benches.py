@@ -56,3 +56,27 @@ def test_each_bench_parses_its_arguments(bench):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, f"{bench} --help: {res.stderr[-2000:]}"
     assert "usage:" in res.stdout, res.stdout[:500]
+
+
+def test_host_calibration_measures_this_machine():
+    """bench_instrument_cost's header: the CPU model and kernel, and what a timer wake-up and a
+    wake-up on the same core and across cores cost, measured here (not read from a table)."""
+    import os
+    import sys
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _common import calibration_line, host_calibration
+    finally:
+        sys.path.remove(str(BENCH))
+    cal = host_calibration(wakeups=2000)
+    models = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+              if line.split(":", 1)[0].strip() == "model name"]
+    assert cal["cpu_model"] == (models[0] if models else None)
+    assert cal["kernel"] == os.uname().release and cal["cpus"] == os.cpu_count()
+    # a wake-up costs something and less than a millisecond on any machine this runs on
+    assert 0 < cal["timer_wake_cpu_us"] < 1000, cal
+    assert 0 < cal["same_core_wake_us"] < 1000, cal
+    if os.cpu_count() > 1:
+        assert 0 < cal["cross_core_wake_us"] < 1000, cal
+    assert cal["timer_policy"] in ("SCHED_FIFO 10", "normal")
+    assert f"kernel {cal['kernel']}" in calibration_line(cal)

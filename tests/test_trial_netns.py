@@ -28,7 +28,7 @@ from latency_divide.trial.rawio import full_meta, read_text
 from latency_divide.testbed.runners import pid_alive
 from latency_divide.trial.spec import TrialSpec
 from latency_divide.trial.run import run_trial
-from latency_divide.trial.meta import cpu_busy_pct, cpu_times
+from latency_divide.trial.meta import cpu_busy_pct, cpu_model, cpu_times
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
 
@@ -157,6 +157,7 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
                 "git_revision", "config_hash", "format_version"):
         assert key in meta, key
     assert meta["host"]["kernel"] == os.uname().release
+    assert meta["host"]["cpu_model"] == cpu_model()  # the machine: its CPU figures are its own
     gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
     assert {"htb", "bfifo"} <= gw_kinds
     assert parse_tool_log(read_text(d, "receiver.log")).complete

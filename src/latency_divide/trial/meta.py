@@ -35,10 +35,26 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as /proc/cpuinfo gives it (x86 ``model name``; other architectures'
+    ``Hardware``/``cpu model``/``uarch`` field), or None. A trial's CPU figures are those of
+    the machine that measured it: the same instrument cost 1.4 to 1.8 times as much per trial on
+    two virtual machines of this project (docs/emulation.md, "The machine")."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("model name", "Hardware", "cpu model", "uarch"):
+                    return value.strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def host_info() -> dict:
     return {"kernel": platform.release(), "hostname": socket.gethostname(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "loadavg": list(os.getloadavg())}
+            "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "loadavg": list(os.getloadavg())}
 
 
 def process_started_unix(pid: int | str = "self") -> float | None:
