@@ -31,9 +31,14 @@ from latency_divide.testbed import netns
 from latency_divide.testbed.runners import pid_alive
 from latency_divide.testbed.startgate import spaced_start, spacing_s
 
-#: Trials expected to need at most this many real-time cores are placed on one core
-#: (about 50 Mbit/s carried by tquic-perf under the v2 cost model).
-PIN_MAX_RT_CORES = 0.25
+#: Trials expected to need at most this many real-time cores are placed on one core: about 57
+#: Mbit/s carried by tquic-perf under the v2 cost model (0.025 + 0.0065 x Mbit/s). 0.25 (34
+#: Mbit/s) until 2026-11-28; on that day's machine, where a wake-up across cores takes 24-29 µs
+#: against 3-4 on one core, two unbound downlinks of the fast-links companion placed (27337 at
+#: 56.4 Mbit/s, the model's 0.39 cores; 8268 at 0.26) took 40 % less CPU per 60 s trial than
+#: floating (19.2-19.9 against 29.9-33.8 s; 14.1-14.5 against 23.1-24.4), with the same
+#: transport figures and release lateness (docs/emulation.md, "The machine").
+PIN_MAX_RT_CORES = 0.40
 
 
 #: Tools whose trials float at any rate. mvfst's tperf runs more than one busy thread per end
