@@ -91,31 +91,45 @@ def _timer_wakeups(n: int, period_s: float) -> dict:
     return {"cpu_us": round((_cpu_s() - c0) / n * 1e6, 1), "policy": policy}
 
 
-def _pingpong(n: int, cpu_a: int, cpu_b: int) -> dict:
-    """Wall time of one wake-up of a process blocked on a pipe by a process on ``cpu_a``, the
-    woken one on ``cpu_b`` (the same core, or an interrupt to the other one)."""
+def _pingpong(n: int, same_core: bool) -> dict:
+    """Wall time of one wake-up of a process blocked on a pipe, woken by a process on the
+    same core or on another one (an interprocessor interrupt); {} where it cannot run (fewer
+    than two allowed CPUs for ``same_core=False``, or the other end died)."""
     import time
+    cpus = sorted(os.sched_getaffinity(0))
+    if not same_core and len(cpus) < 2:
+        return {}
+    cpu_a, cpu_b = cpus[0], cpus[0] if same_core else cpus[1]
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(w1)
+            os.close(r2)
             os.sched_setaffinity(0, {cpu_b})
             for _ in range(n):
-                os.read(r1, 1)
+                if not os.read(r1, 1):
+                    break
                 os.write(w2, b"x")
         finally:
             os._exit(0)
+    os.close(r1)
+    os.close(w2)
     os.sched_setaffinity(0, {cpu_a})
-    t0 = time.monotonic()
-    for _ in range(n):
-        os.write(w1, b"x")
-        os.read(r2, 1)
-    wall = time.monotonic() - t0
-    os.waitpid(pid, 0)
-    for fd in (r1, w1, r2, w2):
-        os.close(fd)
-    return {"wall_us": round(wall / (2 * n) * 1e6, 1)}
+    t0, done = time.monotonic(), 0
+    try:
+        for _ in range(n):
+            os.write(w1, b"x")
+            if not os.read(r2, 1):  # the other end is gone
+                break
+            done += 1
+    finally:
+        wall = time.monotonic() - t0
+        os.close(w1)
+        os.close(r2)
+        os.waitpid(pid, 0)
+    return {"wall_us": round(wall / (2 * n) * 1e6, 1)} if done == n else {}
 
 
 def host_calibration(wakeups: int = 20000) -> dict:
@@ -126,10 +140,8 @@ def host_calibration(wakeups: int = 20000) -> dict:
     cal = {"cpu_model": cpu_model(), "kernel": os.uname().release, "cpus": os.cpu_count()}
     timer = _in_child(_timer_wakeups, wakeups, 100e-6) or {}
     cal["timer_wake_cpu_us"], cal["timer_policy"] = timer.get("cpu_us"), timer.get("policy")
-    same = _in_child(_pingpong, wakeups // 4, 0, 0) or {}
-    cal["same_core_wake_us"] = same.get("wall_us")
-    cross = _in_child(_pingpong, wakeups // 4, 0, 1) if (os.cpu_count() or 1) > 1 else None
-    cal["cross_core_wake_us"] = (cross or {}).get("wall_us")
+    cal["same_core_wake_us"] = (_in_child(_pingpong, wakeups // 4, True) or {}).get("wall_us")
+    cal["cross_core_wake_us"] = (_in_child(_pingpong, wakeups // 4, False) or {}).get("wall_us")
     return cal
 
 
