@@ -1,8 +1,11 @@
 """What the benchmarks that build namespaces and run our delay line share, and what a wake-up
 costs on this machine (host_calibration)."""
 
+import json
 import os
+import resource
 import sys
+import time
 from pathlib import Path
 
 
@@ -51,7 +54,6 @@ def wire_line(ns: dict[str, str], if_a: str, if_da: str, if_db: str, if_b: str,
 def _in_child(fn, *args):
     """``fn(*args)`` (a dict) run in a forked child, so its scheduling policy and CPU
     affinity stay its own; None if the child failed."""
-    import json
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no return, no cleanup handlers of the parent
@@ -68,7 +70,6 @@ def _in_child(fn, *args):
 
 
 def _cpu_s() -> float:
-    import resource
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
 
@@ -76,7 +77,6 @@ def _cpu_s() -> float:
 def _timer_wakeups(n: int, period_s: float) -> dict:
     """CPU per timer wake-up of a loop sleeping to absolute times ``period_s`` apart, at
     SCHED_FIFO 10 (the delay line's priority) where the host allows it."""
-    import time
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
         policy = "SCHED_FIFO 10"
@@ -95,7 +95,6 @@ def _pingpong(n: int, same_core: bool) -> dict:
     """Wall time of one wake-up of a process blocked on a pipe, woken by a process on the
     same core or on another one (an interprocessor interrupt); {} where it cannot run (fewer
     than two allowed CPUs for ``same_core=False``, or the other end died)."""
-    import time
     cpus = sorted(os.sched_getaffinity(0))
     if not same_core and len(cpus) < 2:
         return {}
@@ -149,7 +148,7 @@ def calibration_line(cal: dict) -> str:
     """:func:`host_calibration` in one line, for a bench's header."""
     def us(x):
         return "n/a" if x is None else f"{x:.1f} µs"
-    return (f"host: {cal['cpu_model'] or 'CPU model unknown'}, kernel {cal['kernel']}, "
-            f"{cal['cpus']} CPUs; a timer wake-up {us(cal['timer_wake_cpu_us'])} of CPU "
+    return (f"host: {cal['cpu_model'] or 'CPU model unknown'}, kernel {cal['kernel']}; "
+            f"a timer wake-up {us(cal['timer_wake_cpu_us'])} of CPU "
             f"({cal['timer_policy']}), a wake-up on the same core {us(cal['same_core_wake_us'])} "
             f"and across cores {us(cal['cross_core_wake_us'])} of wall time")

@@ -38,7 +38,7 @@ def utc_now() -> str:
 def cpu_model() -> str | None:
     """The CPU's model name as /proc/cpuinfo gives it (x86 ``model name``; other architectures'
     ``Hardware``/``cpu model``/``uarch`` field), or None. A trial's CPU figures are those of
-    the machine that measured it: the same instrument cost 1.4 to 1.8 times as much per trial on
+    the machine that measured it: the same instrument cost 1.6 to 1.8 times as much per trial on
     two virtual machines of this project (docs/emulation.md, "The machine")."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
