@@ -151,4 +151,14 @@ def calibration_line(cal: dict) -> str:
     return (f"host: {cal['cpu_model'] or 'CPU model unknown'}, kernel {cal['kernel']}; "
             f"a timer wake-up {us(cal['timer_wake_cpu_us'])} of CPU "
             f"({cal['timer_policy']}), a wake-up on the same core {us(cal['same_core_wake_us'])} "
-            f"and across cores {us(cal['cross_core_wake_us'])} of wall time")
+            f"and across cores {us(cal['cross_core_wake_us'])} of wall time{_poll(cal)}")
+
+
+def _poll(cal: dict) -> str:
+    """The guest halt polling in force (testbed.haltpoll), where the caller recorded it."""
+    if "halt_poll_ns" not in cal:
+        return ""
+    if cal["halt_poll_ns"] is None:
+        return "; no guest halt polling governor"
+    return (f"; guest halt polling {cal['halt_poll_ns']} ns "
+            f"(the host's own {cal['host_halt_poll_ns']})")

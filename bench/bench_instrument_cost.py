@@ -78,8 +78,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from _common import calibration_line, host_calibration  # noqa: E402
+from latency_divide.errors import ConfigError  # noqa: E402
 from latency_divide.fsio import write_json_atomic  # noqa: E402
 from latency_divide.paths import git_revision  # noqa: E402
+from latency_divide.testbed.haltpoll import ENV as HALT_POLL_ENV  # noqa: E402
+from latency_divide.testbed.haltpoll import halt_polling, wanted_ns  # noqa: E402
 from latency_divide.testbed.netns import DELAY_PORTS  # noqa: E402
 from latency_divide.testbed.schedwatch import psi_avg10, read_psi_some_us  # noqa: E402
 
@@ -656,6 +659,10 @@ def parse_args(argv=None):
     p.add_argument("--rx-napi", choices=RX_NAPI, default="auto",
                    help="the receiving veths' NAPI: auto (as trials run: threaded above "
                    "250 Mbit/s for Cubic), off, gro, threaded (see RX_NAPI)")
+    p.add_argument("--halt-poll", metavar="NS|off",
+                   help="the host's guest halt polling while the bench runs (calibration and "
+                   f"trials): as trials set it ({HALT_POLL_ENV}, testbed.haltpoll; default "
+                   "200000 ns where the host has the haltpoll governor), or off")
     p.add_argument("--tool-arg", action="append", default=[], metavar="FLAG",
                    help="an extra flag for both tool ends (latency-divide trial --tool-arg), "
                    "e.g. --tool-arg=-gro=off; repeatable")
@@ -686,6 +693,13 @@ def main(argv=None) -> int:
             print(f"bench_instrument_cost: {name} {path} missing (scripts/setup.sh)",
                   file=sys.stderr)
             return 2
+    if a.halt_poll is not None:
+        os.environ[HALT_POLL_ENV] = a.halt_poll  # the trial jobs inherit it
+    try:
+        poll_ns = wanted_ns()
+    except ConfigError as e:
+        print(f"bench_instrument_cost: --halt-poll: {e}", file=sys.stderr)
+        return 2
     if a.syscalls and shutil.which("perf") is None:
         print("perf not found: system calls left out", file=sys.stderr)
         a.syscalls = False
@@ -696,21 +710,23 @@ def main(argv=None) -> int:
           f"Mbit/s), about {est / 60:.0f} min; delay line {a.delayline}, tquic-perf "
           f"{a.tquic_perf}; receiving veths' NAPI {a.rx_napi}; {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.2f}", flush=True)
-    # what a wake-up costs here: the figures of another machine compare only through it
-    cal = host_calibration()
-    print(calibration_line(cal), flush=True)
     runs: list[dict] = []
     keep = a.keep
     base = keep or Path(tempfile.mkdtemp(prefix="ld-bench-cost-"))
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    try:
-        with tool_root(a.delayline, a.tquic_perf) as root:
-            for i, (rate, secs) in enumerate(plan):
-                runs.append(run_one(rate, secs, a, root, base / f"run{i:02d}-{rate:g}",
-                                    log=print))
-    finally:
-        if keep is None:
-            shutil.rmtree(base, ignore_errors=True)
+    # held for the whole bench, so the calibration sees the host as the trials do
+    with halt_polling(poll_ns) as poll:
+        # what a wake-up costs here: the figures of another machine compare only through it
+        cal = {**host_calibration(), **poll}
+        print(calibration_line(cal), flush=True)
+        try:
+            with tool_root(a.delayline, a.tquic_perf) as root:
+                for i, (rate, secs) in enumerate(plan):
+                    runs.append(run_one(rate, secs, a, root, base / f"run{i:02d}-{rate:g}",
+                                        log=print))
+        finally:
+            if keep is None:
+                shutil.rmtree(base, ignore_errors=True)
     med = medians(runs)
     print_tables(med)
     if a.baseline:
@@ -727,6 +743,7 @@ def main(argv=None) -> int:
             "settings": {"rtt_ms": a.rtt_ms, "window_bytes": a.window, "idle_s": a.idle,
                          "skip_s": a.skip, "link": "symmetric", "direction": "downlink",
                          "cc": "cubic", "rx_napi": a.rx_napi, "tool_args": a.tool_arg,
+                         "halt_poll": a.halt_poll,
                          "syscalls": "perf raw_syscalls:sys_enter"
                          if a.syscalls else None},
             "runs": runs, "medians": med})

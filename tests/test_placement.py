@@ -12,6 +12,7 @@ import pytest
 
 from latency_divide.errors import ConfigError
 from latency_divide.testbed import netns, placement
+from latency_divide.testbed.haltpoll import read_ns
 
 
 @pytest.fixture
@@ -101,10 +102,13 @@ def test_clean_removes_the_records_of_jobs_that_are_gone_only(state):
 
 def test_placement_can_be_turned_off(state, monkeypatch):
     monkeypatch.setenv("LATENCY_DIVIDE_PLACEMENT", "off")
+    monkeypatch.setenv("LATENCY_DIVIDE_HALT_POLL", "off")  # the host's value, untouched
     before = os.sched_getaffinity(0)
+    host_poll = read_ns()
     with placement.placed(0.01) as where:
         assert where == {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off",
-                         "start_spacing_s": 1.0, "start_wait_s": where["start_wait_s"]}
+                         "start_spacing_s": 1.0, "start_wait_s": where["start_wait_s"],
+                         "halt_poll_ns": host_poll, "host_halt_poll_ns": host_poll}
         assert os.sched_getaffinity(0) == before
 
 

@@ -28,6 +28,7 @@ from latency_divide.trial.rawio import full_meta, read_text
 from latency_divide.testbed.runners import pid_alive
 from latency_divide.trial.spec import TrialSpec
 from latency_divide.trial.run import run_trial
+from latency_divide.testbed.haltpoll import DEFAULT_NS, read_ns
 from latency_divide.trial.meta import cpu_busy_pct, cpu_model, cpu_times
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
@@ -177,6 +178,14 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
     # a slow link's processes run on one core, the record of it gone afterwards
     assert meta["placement"]["cpu"] in os.sched_getaffinity(0), meta["placement"]
     assert not list((Path("/run/latency-divide") / "cpus").glob(f"{os.getpid()}.json"))
+    # with the host's halt polling held while it ran (testbed.haltpoll), and let go after
+    host_poll = read_ns()
+    if host_poll is None:
+        assert meta["placement"]["halt_poll_ns"] is None
+    else:
+        assert meta["placement"]["halt_poll_ns"] >= DEFAULT_NS, meta["placement"]
+        assert meta["placement"]["host_halt_poll_ns"] == host_poll
+        assert not (Path("/run/latency-divide") / "haltpoll" / str(os.getpid())).exists()
     # nothing but the final directory in the parent: the temporary one was renamed
     assert [p.name for p in d.parent.iterdir()] == ["rep1"]
 

@@ -129,11 +129,14 @@ def _clean(args) -> int:
         print(f"kept {ns}: its owner is still running (use --force to remove)")
     for r in rep.records_removed:  # owner records, placement records, the start gate's file
         print(f"removed stale state file {r} (no live trial job holds it)")
+    for r in rep.restored:
+        print(f"restored {r}: no live trial job holds it")
     for d in rep.tmp_removed:
         print(f"removed abandoned temporary trial directory {d}")
     for m in marks:
         print(f"removed Snakemake's stale 'incomplete' mark of the complete trial {m}")
-    if not (rep.removed or rep.in_use or rep.records_removed or rep.tmp_removed or marks):
+    if not (rep.removed or rep.in_use or rep.records_removed or rep.restored or rep.tmp_removed
+            or marks):
         print("nothing to clean")
     for e in rep.errors:
         print(f"error: {e}", file=sys.stderr)

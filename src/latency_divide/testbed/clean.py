@@ -1,7 +1,9 @@
 """Remove exactly our leftovers: namespaces named ``ld-<tag>-<role>`` whose owning process
 is gone (and the processes inside them, by the PIDs the kernel lists for those namespaces),
 plus stale owner records and placement records (testbed.placement) of trial jobs that are
-gone, and the start gate's file (testbed.startgate) when no start holds it. Safe to run any number of times; never touches other names.
+gone, the start gate's file (testbed.startgate) when no start holds it, and the halt polling
+records of trial jobs that are gone, with the host's value put back when no trial holds it
+(testbed.haltpoll). Safe to run any number of times; never touches other names.
 (SSH trials: testbed.ssh.clean; abandoned temporary trial directories: trial.run.)
 """
 
@@ -19,6 +21,7 @@ from latency_divide.testbed.netns import (
     remove_namespace,
 )
 from latency_divide.testbed.runners import pid_alive
+from latency_divide.testbed.haltpoll import clean_halt_poll
 from latency_divide.testbed.startgate import clean_gate
 
 
@@ -27,6 +30,8 @@ class CleanReport:
     removed: list[str] = field(default_factory=list)
     in_use: list[str] = field(default_factory=list)
     records_removed: list[str] = field(default_factory=list)
+    #: host settings put back (testbed.haltpoll) because no live trial job holds them
+    restored: list[str] = field(default_factory=list)
     #: abandoned temporary trial directories removed (trial.run.clean_tmp_dirs)
     tmp_removed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -97,6 +102,9 @@ def clean(force: bool = False) -> CleanReport:
             rep.records_removed.append(rec.name)
     rep.records_removed += clean_placement_records(force)
     rep.records_removed += clean_gate()
+    records, restored = clean_halt_poll(force)
+    rep.records_removed += records
+    rep.restored += [restored] if restored else []
     return rep
 
 

@@ -28,6 +28,7 @@ from typing import Iterator
 
 from latency_divide.fsio import write_json_atomic
 from latency_divide.testbed import netns
+from latency_divide.testbed.haltpoll import halt_polling, wanted_ns
 from latency_divide.testbed.runners import pid_alive
 from latency_divide.testbed.startgate import spaced_start, spacing_s
 
@@ -96,27 +97,31 @@ def choose(rt_cores: float, allowed: set[int] | None = None,
 def placed(rt_cores: float, enabled: bool = True, tool: str = "tquic-perf") -> Iterator[dict]:
     """Wait for this host's start gate (testbed.startgate), then run the body (and every
     process it starts) on one core chosen by :func:`choose`, with this process's record of
-    it; yields what meta.json records (``placement``: the core, why, and the start's spacing
-    and wait). Restores the affinity and removes the record afterwards."""
+    it, and with the host's halt polling held (testbed.haltpoll); yields what meta.json records
+    (``placement``: the core, why, the start's spacing and wait, the halt polling in force and
+    the host's own). Restores the affinity, the halt polling and removes the record afterwards."""
     before = os.sched_getaffinity(0)
     if not enabled:
         yield {"cpu": None, "why": "not a local trial"}
         return
-    spacing = spacing_s()  # first: a wrong spacing is an error before any wait
+    spacing = spacing_s()  # first: a wrong spacing or halt polling is an error before any wait
+    poll_ns = wanted_ns()
     start = {"start_spacing_s": spacing, "start_wait_s": round(spaced_start(spacing), 3)}
-    if os.environ.get("LATENCY_DIVIDE_PLACEMENT", "on") == "off":
-        yield {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off", **start}
-        return
-    cpu, why = choose(rt_cores, before, tool)
-    if cpu is None:
-        yield {"cpu": None, "why": why, "rt_cores": round(rt_cores, 4), **start}
-        return
-    rec = _records() / f"{os.getpid()}.json"
-    rec.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(rec, {"pid": os.getpid(), "cpu": cpu, "rt_cores": rt_cores})
-    try:
-        os.sched_setaffinity(0, {cpu})
-        yield {"cpu": cpu, "why": why, "rt_cores": round(rt_cores, 4), **start}
-    finally:
-        os.sched_setaffinity(0, before)
-        rec.unlink(missing_ok=True)
+    with halt_polling(poll_ns) as poll:
+        start.update(poll)
+        if os.environ.get("LATENCY_DIVIDE_PLACEMENT", "on") == "off":
+            yield {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off", **start}
+            return
+        cpu, why = choose(rt_cores, before, tool)
+        if cpu is None:
+            yield {"cpu": None, "why": why, "rt_cores": round(rt_cores, 4), **start}
+            return
+        rec = _records() / f"{os.getpid()}.json"
+        rec.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(rec, {"pid": os.getpid(), "cpu": cpu, "rt_cores": rt_cores})
+        try:
+            os.sched_setaffinity(0, {cpu})
+            yield {"cpu": cpu, "why": why, "rt_cores": round(rt_cores, 4), **start}
+        finally:
+            os.sched_setaffinity(0, before)
+            rec.unlink(missing_ok=True)
