@@ -15,10 +15,11 @@ while it polls (the documented downside), so we raise it only while trials run.
 Ownership: each trial job that holds it has a record ``STATE_DIR/haltpoll/<pid>``; the first
 holder saves the host's own value in ``STATE_DIR/haltpoll/host-value`` and the last one to
 leave writes it back. A holder that died leaves its record behind: the next holder or
-``latency-divide clean`` (testbed.clean) ignores it, and the last live one, or ``clean`` when
+``latency-divide clean`` (testbed.clean) removes it, and the last live one, or ``clean`` when
 none is left, restores the host's value. All of it under one flock, so concurrent trial jobs
 see one consistent state. A host without the governor (no such parameter: bare metal, another
-cpuidle driver) is left alone and the trial records None.
+cpuidle driver) is left alone and the trial records None; one that refuses the write (a
+read-only /sys) is measured as it is, and the trial records why (``halt_poll_refused``).
 
 ``LATENCY_DIVIDE_HALT_POLL``: ``off`` (leave the host's value alone, to compare) or the
 nanoseconds to poll (0 to :data:`MAX_NS`); default :data:`DEFAULT_NS`. A host whose own value
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -75,8 +77,13 @@ def read_ns(param: Path = PARAM) -> int | None:
         return None
 
 
-def _write(param: Path, ns: int) -> None:
-    param.write_text(f"{int(ns)}\n")
+def _write(param: Path, ns: int) -> str | None:
+    """Set the limit; why the kernel refused it, or None."""
+    try:
+        param.write_text(f"{int(ns)}\n")
+    except OSError as e:
+        return f"writing {ns} to {param}: {e.strerror or e}"
+    return None
 
 
 def _dir() -> Path:
@@ -134,13 +141,18 @@ def halt_polling(ns: int | None, param: Path = PARAM) -> Iterator[dict]:
     with _locked(d):
         saved = d / HOST_VALUE
         _live_holders(d)  # drop dead holders' records
-        if not saved.is_file():  # the first holder (a dead run's saved value is kept)
-            saved.write_text(f"{read_ns(param)}\n")
-        host = int(saved.read_text().strip())
-        if read_ns(param) < ns:
-            _write(param, ns)
+        try:  # a dead run's saved value is the host's own; the first holder saves it
+            host = int(saved.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            host = read_ns(param)
+            saved.write_text(f"{host}\n")
+        refused = _write(param, ns) if read_ns(param) < ns else None
         me.write_text(f"{ns}\n")
         record = {"halt_poll_ns": read_ns(param), "host_halt_poll_ns": host}
+        if refused:
+            record["halt_poll_refused"] = refused
+            print(f"[latency-divide] warning: guest halt polling left at {record['halt_poll_ns']}"
+                  f" ns: {refused}", file=sys.stderr, flush=True)
     try:
         yield record
     finally:
