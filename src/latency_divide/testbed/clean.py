@@ -20,8 +20,8 @@ from latency_divide.testbed.netns import (
     parse_ns_name,
     remove_namespace,
 )
-from latency_divide.testbed.runners import pid_alive
 from latency_divide.testbed.haltpoll import clean_halt_poll
+from latency_divide.testbed.runners import pid_alive
 from latency_divide.testbed.startgate import clean_gate
 
 

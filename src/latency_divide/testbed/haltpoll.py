@@ -133,8 +133,9 @@ def halt_polling(ns: int | None, param: Path = PARAM) -> Iterator[dict]:
     :func:`wanted_ns`) while the body runs; yields what meta.json records: ``halt_poll_ns``
     (the limit in force, None without the governor) and ``host_halt_poll_ns`` (the host's own
     value)."""
-    if ns is None or read_ns(param) is None:
-        yield {"halt_poll_ns": read_ns(param), "host_halt_poll_ns": read_ns(param)}
+    now = read_ns(param)
+    if ns is None or now is None:
+        yield {"halt_poll_ns": now, "host_halt_poll_ns": now}
         return
     d = _dir()
     me = d / str(os.getpid())
