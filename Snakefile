@@ -7,10 +7,12 @@ min_version("9.0")
 
 # Trials are admitted by their host_load budget (profiles/default), not by --cores: Snakemake's
 # local executor must not cap them at --cores + 5 (snakemake_executor_plugin_ldlocal). Done
-# here, not with `executor:` in profiles/default, which would override `--profile`.
-from snakemake_executor_plugin_ldlocal import widen_local_executor
+# here, not with `executor:` in profiles/default, which would override `--profile`. And the
+# scheduler keeps one re-evaluation timer, not one more per trial ended (its CPU is the trials').
+from snakemake_executor_plugin_ldlocal import single_reevaluation_timer, widen_local_executor
 
 widen_local_executor()
+single_reevaluation_timer()
 
 
 configfile: "config/config.yaml"
