@@ -105,11 +105,6 @@ RECV_BUF = 1 << 16
 TIMEOUT_S = 5.0
 
 
-#: Longest single wait between samples, so a stop request is seen within it (Python resumes a
-#: sleep that a signal handler interrupted)
-MAX_WAIT_S = 0.5
-
-
 class NetlinkError(OSError):
     """The kernel answered with an error (errno set), or a reply was not understood."""
 
@@ -378,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         while not _stop:
             now = time.time()
             if now < next_t:
-                # one wake-up per sample (a wake-up is dear on a VM); SIGTERM ends the wait,
-                # and the loop, at the latest MAX_WAIT_S later
-                time.sleep(min(next_t - now, MAX_WAIT_S))
+                time.sleep(min(next_t - now, 0.5))  # a wake-up a sample; SIGTERM seen in 0.5 s
                 continue
             if now - next_t > a.interval:
                 late = int((now - next_t) // a.interval)

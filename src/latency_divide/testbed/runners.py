@@ -10,6 +10,7 @@ when the log files given to ``start()`` are complete on the local disk.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -85,6 +86,14 @@ def _exited_unreaped(pid: int, block: bool) -> bool:
         return True  # already reaped
 
 
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (Linux 5.3 and later), or None where the kernel or Python lacks it."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 class LocalProcess:
     """A background process on this host; stopped by its PID only. ``cpu_s`` is its CPU
     time (user + system, seconds) once it has ended (None before)."""
@@ -111,18 +120,29 @@ class LocalProcess:
         return self._popen.returncode
 
     def _wait_exit(self, timeout: float | None) -> None:
-        """Wait for the exit without reaping, read its CPU time, then reap."""
+        """Wait for the exit without reaping, read its CPU time, then reap. With a timeout the
+        wait sleeps on the process's pidfd, which turns readable when it exits: one wake-up,
+        not one every 50 ms as Popen.wait's polling (1,300 in a trial's receiver, each dear on
+        a VM and taken from the trials); where pidfds are refused, it polls as before."""
         if timeout is None:
             _exited_unreaped(self.pid, block=True)
         else:
             deadline = time.monotonic() + timeout
             delay = 0.0005
-            while not _exited_unreaped(self.pid, block=False):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise subprocess.TimeoutExpired(self.argv, timeout)
-                delay = min(delay * 2, remaining, 0.05)  # as Popen.wait: back off to 50 ms
-                time.sleep(delay)
+            fd = _pidfd(self.pid)
+            try:
+                while not _exited_unreaped(self.pid, block=False):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise subprocess.TimeoutExpired(self.argv, timeout)
+                    if fd is not None:
+                        select.select([fd], [], [], remaining)
+                        continue
+                    delay = min(delay * 2, remaining, 0.05)  # as Popen.wait: back off to 50 ms
+                    time.sleep(delay)
+            finally:
+                if fd is not None:
+                    os.close(fd)
         self._reap()
 
     def _reap(self) -> None:
