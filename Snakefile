@@ -1,6 +1,8 @@
 # latency-divide: the workflow's table of contents.
 # Stages: households -> links (-> trials -> analysis -> figures, added by their rule files).
 # Run: snakemake --cores 1 all   (config: config/config.yaml; --configfile config/quick.yaml)
+import sys
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -12,7 +14,10 @@ min_version("9.0")
 from snakemake_executor_plugin_ldlocal import single_reevaluation_timer, widen_local_executor
 
 widen_local_executor()
-single_reevaluation_timer()
+if not single_reevaluation_timer():
+    print("[latency-divide] WARNING: this Snakemake's scheduler could not be patched to keep one "
+          "re-evaluation timer; a long run costs the trials more CPU (docs/parallel.md)",
+          file=sys.stderr)
 
 
 configfile: "config/config.yaml"

@@ -173,6 +173,7 @@ def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
                        check=True)
 
 
+@pytest.mark.slow  # two workflow runs: about 15 s on an idle host, a minute beside a sweep
 def test_the_scheduler_keeps_one_reevaluation_timer(tmp_path):
     """Snakemake's scheduler (job rate limiter on, its default) starts a 1 s re-evaluation
     timer at every round that found waiting jobs, and a round started by a job's end starts one

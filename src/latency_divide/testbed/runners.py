@@ -130,13 +130,16 @@ class LocalProcess:
             deadline = time.monotonic() + timeout
             delay = 0.0005
             fd = _pidfd(self.pid)
+            exited = select.poll()
+            if fd is not None:
+                exited.register(fd, select.POLLIN)
             try:
                 while not _exited_unreaped(self.pid, block=False):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise subprocess.TimeoutExpired(self.argv, timeout)
                     if fd is not None:
-                        select.select([fd], [], [], remaining)
+                        exited.poll(max(1, int(remaining * 1000) + 1))  # ms
                         continue
                     delay = min(delay * 2, remaining, 0.05)  # as Popen.wait: back off to 50 ms
                     time.sleep(delay)
