@@ -83,7 +83,8 @@ def run(scheduler: str, jobs: int, sleep: float, seed: int, extra: tuple = (),
             sys.exit(f"snakemake --scheduler {scheduler} {' '.join(extra)} failed:\n"
                      f"{res.stderr[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"scheduler": name or scheduler, "wall_s": wall, "cpu_s": cpu, "cpu_per_job_s": cpu / jobs}
+    return {"scheduler": name or scheduler, "wall_s": wall, "cpu_s": cpu,
+            "cpu_per_job_s": cpu / jobs}
 
 
 def main() -> None:

@@ -144,14 +144,18 @@ def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
         assert threads == "0", wildcards
 
 
+def _plugin_call(name: str) -> str:
+    """Snakefile lines that call snakemake_executor_plugin_ldlocal's ``name``, as ours does."""
+    return f"from snakemake_executor_plugin_ldlocal import {name}\n{name}()\n"
+
+
 @pytest.mark.slow  # a workflow run of many jobs at once
 def test_the_ldlocal_executor_runs_more_jobs_than_cores_plus_five(tmp_path):
     """Snakemake's own local executor runs at most --cores + 5 jobs at once; ours is limited
     by the resource budget only (12 zero-thread jobs of load 100 under a budget of 1200), as
     is the local executor of a Snakefile that widens it as ours does (no `executor` key in
     profiles/default, so that `--profile profiles/slurm` is not overridden)."""
-    widen = "from snakemake_executor_plugin_ldlocal import widen_local_executor\n" \
-            "widen_local_executor()\n"
+    widen = _plugin_call("widen_local_executor")
     rules = (
         "rule all:\n"
         "    input: expand('o/{i}.txt', i=range(12))\n"
@@ -181,10 +185,8 @@ def test_the_scheduler_keeps_one_reevaluation_timer(tmp_path):
     Snakefile's patch (snakemake_executor_plugin_ldlocal.single_reevaluation_timer) one timer
     is pending at most: about one round per job ended plus one a second. 40 jobs of 0.5 s, 4 at
     once; the rounds are counted from --verbose's "Ready jobs" line."""
-    head = "from snakemake_executor_plugin_ldlocal import widen_local_executor\n" \
-           "widen_local_executor()\n"
-    single = "from snakemake_executor_plugin_ldlocal import single_reevaluation_timer\n" \
-             "single_reevaluation_timer()\n"
+    head = _plugin_call("widen_local_executor")
+    single = _plugin_call("single_reevaluation_timer")
     rules = (
         "rule all:\n"
         "    input: expand('o/{i}.txt', i=range(40))\n"
