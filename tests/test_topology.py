@@ -1,6 +1,7 @@
 """The four-namespace topology: names, commands, real setup/teardown, idle RTT fidelity,
 and the clean command's precision (only our leftovers, only dead owners, idempotent)."""
 
+import json
 import subprocess
 import sys
 
@@ -185,6 +186,30 @@ def test_the_netem_probe_owns_its_namespace_like_every_other(tmp_path, monkeypat
         return real(tag, namespaces)
 
     monkeypatch.setattr(netns, "write_owner_record", spy)
-    netem_available()
+    answer = netem_available()
     assert len(seen) == 1 and seen[0][1] == [ns_name(seen[0][0], "gw")]
-    assert our_namespaces(seen[0][0]) == [] and list(tmp_path.iterdir()) == []
+    assert our_namespaces(seen[0][0]) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["probes"]  # only this boot's answer
+    # the next trial job (a process of its own) reads the answer: no namespace of its own
+    cache = netns.netem_cache()
+    rec = json.loads(cache.read_text())
+    assert rec["netem"] is answer and rec["key"]["boot_id"]
+    monkeypatch.setattr(netns, "_NETEM_PROBE", None)
+    assert netem_available() is answer and len(seen) == 1
+    # another boot, kernel or module index asks the kernel again
+    rec["key"]["boot_id"] = "another boot"
+    cache.write_text(json.dumps(rec))
+    monkeypatch.setattr(netns, "_NETEM_PROBE", None)
+    assert netem_available() is answer and len(seen) == 2
+    assert json.loads(cache.read_text())["key"]["boot_id"] != "another boot"
+
+
+def test_each_nodes_ip_commands_run_in_one_process():
+    for mechanism in ("netem", "delayline"):
+        cmds = setup_commands("abc123", mechanism)
+        groups = netns.grouped(cmds)
+        # the same commands, in the same order
+        assert [(n, a) for n, argvs in groups for a in argvs] == cmds
+        # the host's namespaces and veths in one batch, one per node, ethtool and sysctl alone
+        assert [n for n, argvs in groups if argvs[0][0] == "ip"] == [None, *ROLES]
+        assert len(groups) == 1 + len(ROLES) + 2 * len(LINKS) + 1, groups

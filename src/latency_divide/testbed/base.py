@@ -163,8 +163,8 @@ class SliceBase:
     """Shared behaviour of a live slice. Subclasses set ``plan``, ``processes``, ``log_dir``
     and implement ``runner(role)``, ``up()``, ``down()`` and ``_delayline_binary()``; they may
     override the hooks ``_shaping(role, dev)`` (before a device's qdiscs change),
-    ``_apply(role, argv)`` (one link command) and ``_where(role)`` (a node's name in
-    messages)."""
+    ``_apply(role, argv)`` (one link command), ``_apply_all(steps)`` (all of them) and
+    ``_where(role)`` (a node's name in messages)."""
 
     plan = None
     log_dir: Path | None = None
@@ -204,15 +204,19 @@ class SliceBase:
         """Run one link command on a node (SSH names the node and step when it fails)."""
         self.runner(role).run(argv)
 
+    def _apply_all(self, steps: list[tuple[str, list[str]]]) -> None:
+        """Run the link commands (role, argv) in order (one at a time here; the local testbed
+        runs each node's in one process)."""
+        for role, argv in steps:
+            self._apply(role, argv)
+
     def shape_links(self, egress: dict[str, str], delay_ports) -> None:
         """Apply the link plan: htb + bfifo on the gateway's egress per direction, netem on
         both delay ports or our delay line between them."""
-        shaped: set[tuple[str, str]] = set()
-        for role, dev, argv in link_steps(self.plan, egress, delay_ports):
-            if (role, dev) not in shaped:
-                self._shaping(role, dev)
-                shaped.add((role, dev))
-            self._apply(role, argv)
+        steps = link_steps(self.plan, egress, delay_ports)
+        for role, dev in dict.fromkeys((role, dev) for role, dev, _ in steps):
+            self._shaping(role, dev)
+        self._apply_all([(role, argv) for role, _dev, argv in steps])
         if self.plan.delay.mechanism == "delayline":
             self._start_delayline(delay_ports)
 

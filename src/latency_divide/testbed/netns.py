@@ -33,7 +33,7 @@ from latency_divide.errors import CommandError
 from latency_divide.fsio import write_json_atomic
 from latency_divide.testbed.base import BRIDGE, OFFLOAD_ARGS, link_steps
 from latency_divide.testbed.delay import probe_netem
-from latency_divide.testbed.runners import LocalRunner, pid_alive
+from latency_divide.testbed.runners import BATCH_PROGRAMS, LocalRunner, pid_alive
 from latency_divide.vocab import DELAY_MECHANISMS, ROLES
 
 #: Owner records of live topologies (one JSON file per tag).
@@ -97,41 +97,68 @@ def parse_ns_name(name: str) -> tuple[str, str] | None:
 
 
 def setup_commands(tag: str, delay_mechanism: str) -> list[tuple[str | None, list[str]]]:
-    """(node, argv) in order; node None means the host (root namespace)."""
+    """(node, argv) in order; node None means the host (root namespace). Ordered so that each
+    node's ``ip`` commands come together (:func:`grouped` runs them as one ``ip -batch``)."""
     if delay_mechanism not in DELAY_MECHANISMS:
         raise ValueError(f"delay mechanism {delay_mechanism!r}: use netem or delayline")
     cmds: list[tuple[str | None, list[str]]] = []
     for role in ROLES:
         cmds.append((None, ["ip", "netns", "add", ns_name(tag, role)]))
     for (na, ia), (nb, ib) in LINKS:
-        cmds.append((na, ["ip", "link", "add", ia, "type", "veth", "peer", "name", ib,
-                          "netns", ns_name(tag, nb)]))
+        cmds.append((None, ["ip", "link", "add", ia, "netns", ns_name(tag, na), "type", "veth",
+                            "peer", "name", ib, "netns", ns_name(tag, nb)]))
     addrs = {
         ("srv", "ld-s0"): SERVER_ADDR,
         ("gw", "ld-gs"): GW_SERVER_SIDE_ADDR,
         ("gw", "ld-gc"): GW_CLIENT_SIDE_ADDR,
         ("cli", "ld-c0"): CLIENT_ADDR,
     }
-    for pair in LINKS:
-        for node, ifname in pair:
-            # Offloads off everywhere: the delay line sees wire-size frames, and htb/bfifo see
-            # the packets the paper's NICs would put on the wire (no 64 KB GSO super-packets).
-            cmds.append((node, ["ethtool", "-K", ifname, *OFFLOAD_ARGS]))
-            if (node, ifname) in addrs:
-                cmds.append((node, ["ip", "addr", "add", f"{addrs[(node, ifname)]}/{PREFIXLEN}",
-                                    "dev", ifname]))
-            cmds.append((node, ["ip", "link", "set", ifname, "up"]))
+    routes = {"srv": GW_SERVER_SIDE_ADDR, "cli": GW_CLIENT_SIDE_ADDR}
     for role in ROLES:
+        ends = [ifname for pair in LINKS for node, ifname in pair if node == role]
+        # Offloads off everywhere: the delay line sees wire-size frames, and htb/bfifo see
+        # the packets the paper's NICs would put on the wire (no 64 KB GSO super-packets).
+        cmds += [(role, ["ethtool", "-K", ifname, *OFFLOAD_ARGS]) for ifname in ends]
+        for ifname in ends:
+            if (role, ifname) in addrs:
+                cmds.append((role, ["ip", "addr", "add", f"{addrs[(role, ifname)]}/{PREFIXLEN}",
+                                    "dev", ifname]))
+            cmds.append((role, ["ip", "link", "set", ifname, "up"]))
         cmds.append((role, ["ip", "link", "set", "lo", "up"]))
+        if role in routes:
+            cmds.append((role, ["ip", "route", "add", "default", "via", routes[role]]))
+        if role == "dly" and delay_mechanism == "netem":
+            cmds.append(("dly", ["ip", "link", "add", BRIDGE, "type", "bridge"]))
+            for port in DELAY_PORTS:
+                cmds.append(("dly", ["ip", "link", "set", port, "master", BRIDGE]))
+            cmds.append(("dly", ["ip", "link", "set", BRIDGE, "up"]))
     cmds.append(("gw", ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]))
-    cmds.append(("srv", ["ip", "route", "add", "default", "via", GW_SERVER_SIDE_ADDR]))
-    cmds.append(("cli", ["ip", "route", "add", "default", "via", GW_CLIENT_SIDE_ADDR]))
-    if delay_mechanism == "netem":
-        cmds.append(("dly", ["ip", "link", "add", BRIDGE, "type", "bridge"]))
-        for port in DELAY_PORTS:
-            cmds.append(("dly", ["ip", "link", "set", port, "master", BRIDGE]))
-        cmds.append(("dly", ["ip", "link", "set", BRIDGE, "up"]))
     return cmds
+
+
+def grouped(cmds: list[tuple[str | None, list[str]]]) -> list[tuple[str | None, list[list[str]]]]:
+    """(node, argvs) for ``cmds`` in order: the ``ip`` (or ``tc``) commands that follow each
+    other on one node together, to run as one batch (runners.LocalRunner.run_batch); every
+    other command alone."""
+    out: list[tuple[str | None, list[list[str]]]] = []
+    for node, argv in cmds:
+        if (out and out[-1][0] == node and argv[0] in BATCH_PROGRAMS
+                and out[-1][1][-1][0] == argv[0]):
+            out[-1][1].append(argv)
+        else:
+            out.append((node, [argv]))
+    return out
+
+
+def run_grouped(cmds: list[tuple[str | None, list[str]]], runner_of) -> None:
+    """Run ``cmds`` (node, argv) in order through ``runner_of(node)`` (a LocalRunner), each
+    group of :func:`grouped` in one process."""
+    for node, argvs in grouped(cmds):
+        runner = runner_of(node)
+        if len(argvs) == 1:
+            runner.run(argvs[0])
+        else:
+            runner.run_batch(argvs)
 
 
 def rx_napi_commands(mode: str) -> list[tuple[str, list[str], str | None]]:
@@ -169,10 +196,43 @@ def link_commands(plan) -> list[tuple[str, list[str]]]:
 
 _NETEM_PROBE: bool | None = None
 
+def netem_cache() -> Path:
+    """This boot's answer to the netem probe, so that each trial job (a process of its own) does
+    not build and delete a throwaway namespace to ask again: valid while the boot, the kernel
+    and its module index (a module installed since changes ``modules.dep``) stay the same."""
+    return STATE_DIR / "probes" / "netem.json"
+
+
+def _netem_cache_key() -> dict:
+    release = os.uname().release
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = None
+    try:
+        modules = Path(f"/lib/modules/{release}/modules.dep").stat().st_mtime_ns
+    except OSError:
+        modules = None
+    return {"boot_id": boot, "kernel": release, "modules_dep_mtime_ns": modules}
+
+
+def _cached_netem(key: dict) -> bool | None:
+    try:
+        rec = json.loads(netem_cache().read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    ok = (isinstance(rec, dict) and rec.get("key") == key and key["boot_id"] is not None
+          and isinstance(rec.get("netem"), bool))
+    return rec["netem"] if ok else None
+
 
 def netem_available() -> bool:
-    """Ask this kernel once (testbed.delay.probe_netem), in a throwaway namespace of ours."""
+    """Ask this kernel (testbed.delay.probe_netem), in a throwaway namespace of ours, once per
+    boot: the answer is kept (:func:`netem_cache`) for the trial jobs that follow."""
     global _NETEM_PROBE
+    if _NETEM_PROBE is None:
+        key = _netem_cache_key()
+        _NETEM_PROBE = _cached_netem(key)
     if _NETEM_PROBE is None:
         host = LocalRunner()
         tag = new_tag()
@@ -184,24 +244,57 @@ def netem_available() -> bool:
         finally:
             host.run(["ip", "netns", "del", ns], check=False)
             record.unlink(missing_ok=True)
+        write_json_atomic(netem_cache(), {"key": key, "netem": _NETEM_PROBE})
     return _NETEM_PROBE
 
 
+#: Where ``ip netns`` keeps its named namespaces (one bind-mounted file each).
+NETNS_RUN_DIR = Path("/var/run/netns")
+
+
 def existing_namespaces() -> list[str]:
-    res = LocalRunner().run(["ip", "-j", "netns", "list"], check=False)
-    if res.returncode != 0 or not res.stdout.strip():
+    """The named network namespaces (what ``ip netns list`` lists: NETNS_RUN_DIR), read
+    without starting a program."""
+    try:
+        return sorted(e.name for e in os.scandir(NETNS_RUN_DIR) if e.is_file())
+    except FileNotFoundError:
         return []
-    return [e["name"] for e in json.loads(res.stdout)]
 
 
-def remove_namespace(ns: str) -> list[str]:
-    """Kill the processes inside ``ns`` (exact PIDs) and delete it; idempotent."""
-    host = LocalRunner()
-    if ns not in existing_namespaces():
+def namespace_pids(names: list[str]) -> dict[str, list[int]]:
+    """The processes in each of the named namespaces (as ``ip netns pids``: every process
+    whose network namespace is that file's), in one pass over /proc."""
+    inodes = {}
+    for ns in names:
+        try:
+            st = os.stat(NETNS_RUN_DIR / ns)
+        except OSError:
+            continue
+        inodes[(st.st_dev, st.st_ino)] = ns
+    out: dict[str, list[int]] = {ns: [] for ns in inodes.values()}
+    if not inodes:
+        return out
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry.name}/ns/net")
+        except OSError:
+            continue  # gone, or a kernel thread
+        ns = inodes.get((st.st_dev, st.st_ino))
+        if ns is not None:
+            out[ns].append(int(entry.name))
+    return out
+
+
+def remove_namespaces(names: list[str]) -> list[str]:
+    """Kill the processes inside the named namespaces (exact PIDs) and delete them;
+    idempotent (namespaces that do not exist are skipped); return the errors."""
+    names = [ns for ns in names if (NETNS_RUN_DIR / ns).exists()]
+    if not names:
         return []
     errors = []
-    res = host.run(["ip", "netns", "pids", ns], check=False)
-    pids = [int(p) for p in res.stdout.split() if p.isdigit()]
+    pids = [p for ps in namespace_pids(names).values() for p in ps if p != os.getpid()]
     for sig in (15, 9):
         for pid in pids:
             try:
@@ -214,8 +307,14 @@ def remove_namespace(ns: str) -> list[str]:
         pids = [p for p in pids if pid_alive(p)]
         if not pids:
             break
+    host = LocalRunner()
     try:
-        host.run(["ip", "netns", "del", ns])
+        host.run_batch([["ip", "netns", "del", ns] for ns in names])
     except CommandError as e:
         errors.append(str(e))
     return errors
+
+
+def remove_namespace(ns: str) -> list[str]:
+    """:func:`remove_namespaces` of one namespace."""
+    return remove_namespaces([ns])

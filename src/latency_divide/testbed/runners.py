@@ -10,6 +10,7 @@ when the log files given to ``start()`` are complete on the local disk.
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import subprocess
@@ -52,6 +53,12 @@ class Runner(Protocol):
     def start(
         self, argv: Sequence[str], *, stdout: Path | None = None, stderr: Path | None = None
     ) -> Process: ...
+
+
+#: Programs that read several commands from one process (``-batch -``) and switch to a network
+#: namespace themselves (``-n``): iproute2's.
+BATCH_PROGRAMS = ("ip", "tc")
+_BATCH_WORD = re.compile(r"\A[^\s\"'#\\]+\Z")
 
 
 def _argv(argv: Sequence[str]) -> list[str]:
@@ -197,10 +204,41 @@ class LocalRunner:
         self._env = env
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The command as run: ``ip``/``tc`` in a namespace switch to it themselves (``-n``: one
+        program started, not two); anything else through ``ip netns exec``."""
         argv = _argv(argv)
-        if self.netns:
-            return ["ip", "netns", "exec", self.netns, *argv]
-        return argv
+        if not self.netns:
+            return argv
+        if argv[0] in BATCH_PROGRAMS and argv[1:2] != ["netns"]:
+            return [argv[0], "-n", self.netns, *argv[1:]]
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def run_batch(self, argvs: Sequence[Sequence[str]], *, timeout: float = 30.0) -> Completed:
+        """Several ``ip`` (or several ``tc``) commands in one process, ``PROG -batch -``: one
+        program started instead of one per command, in order, stopping at the first that
+        fails, which the error names (a CommandError as :meth:`run` raises). Words are
+        passed as they are: one with a space, quote, ``#`` or backslash is refused (the batch
+        reader would split or drop it), and so is a mix of programs."""
+        cmds = [_argv(a) for a in argvs]
+        if not cmds:
+            raise ValueError("empty batch")
+        prog = cmds[0][0]
+        if prog not in BATCH_PROGRAMS or any(c[0] != prog for c in cmds):
+            raise ValueError(f"a batch is of one program, {' or '.join(BATCH_PROGRAMS)}: got "
+                             f"{sorted({c[0] for c in cmds})}")
+        bad = [w for c in cmds for w in c[1:] if not _BATCH_WORD.match(w)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} cannot be passed through {prog} -batch (a space, "
+                             "quote, '#' or backslash, or empty)")
+        full = self.wrap([prog, "-batch", "-"])
+        text = "".join(" ".join(c[1:]) + "\n" for c in cmds)
+        res = self.run(full, check=False, timeout=timeout, input=text)
+        if res.returncode != 0:
+            m = re.search(r"Command failed -:(\d+)", res.stderr)
+            failed = cmds[int(m.group(1)) - 1] if m and 0 < int(m.group(1)) <= len(cmds) else full
+            raise CommandError(self.wrap(failed), res.returncode, res.stdout, res.stderr,
+                               self.where)
+        return res
 
     def run(self, argv, *, check=True, timeout=30.0, input=None) -> Completed:
         full = self.wrap(argv)

@@ -21,19 +21,14 @@ import time
 from pathlib import Path
 
 from latency_divide import FORMAT_VERSION, __version__
-from latency_divide.errors import (
-    CommandError,
-    EnvironmentError_,
-    LatencyDivideError,
-    TrialError,
-    UnhealthyTrial,
-)
+from latency_divide.errors import (CommandError, EnvironmentError_, LatencyDivideError,
+                                   TrialError, UnhealthyTrial)
 from latency_divide.fsio import write_json_atomic
 from latency_divide.parsers.qlog import QlogError, summarize_server_qlog
 from latency_divide.parsers.tool import cc_fallback, parse_tool_log
 from latency_divide.paths import git_revision, repo_root
 from latency_divide.testbed.factory import make_testbed
-from latency_divide.testbed.runners import Runner, pid_alive
+from latency_divide.testbed.runners import LocalRunner, Runner, pid_alive
 from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
 from latency_divide.trial import definition
 from latency_divide.trial.health import health
@@ -94,14 +89,17 @@ def _wait_udp_listen(runner: Runner, port: int, proc, timeout: float = 10.0) -> 
     raise TrialError(f"the sender did not listen on UDP port {port} within {timeout} s")
 
 
-def tool_rt_priority(topo, roles, asked: int) -> dict:
+def tool_rt_priority(topo, roles, asked: int, here: bool = False) -> dict:
     """The SCHED_FIFO priority the tool ends can have on their nodes: ``asked``, or 0 with the
     reason where the kernel or the container refuses it (e.g. no CAP_SYS_NICE, or RT group
-    scheduling with no RT budget for our cgroup); the health check then shows what it cost."""
+    scheduling with no RT budget for our cgroup). ``here``: the nodes are namespaces of this
+    host, so one check on the host answers for all."""
     if not asked:
         return {"priority": 0}
-    for role in dict.fromkeys(roles):
-        res = topo.runner(role).run(realtime_argv(["true"], asked), check=False)
+    runners = ([("host", LocalRunner())] if here else
+               [(role, topo.runner(role)) for role in dict.fromkeys(roles)])
+    for role, runner in runners:
+        res = runner.run(realtime_argv(["true"], asked), check=False)
         if res.returncode != 0:
             return {"priority": 0, "refused": f"{role}: {(res.stderr or res.stdout).strip()}"}
     return {"priority": asked}
@@ -182,7 +180,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         q_dev = topo.gateway_egress(spec.direction)
         q_argv = topo.qsampler_argv(q_dev, spec.queue_interval_s)
         rt = tool_rt_priority(topo, (ep["sender"], ep["receiver"], "gw", "cli"),
-                              spec.tool_rt_priority)
+                              spec.tool_rt_priority, here=testbed.runs_here)
         s_argv, r_argv = realtime_argv(s_argv, rt["priority"]), realtime_argv(r_argv,
                                                                              rt["priority"])
         # the monitors too, lowest of all: with the tool ends above every normal task, a
