@@ -7,7 +7,8 @@ results/raw) and prints
 
 1. the real-time cores of each trial (meta.json ``cpu_s`` of sender + receiver + delay line per
    second of transfer) against the rate it carried, by rate bin: median and p90 per Mbit/s,
-   beside latency_divide.ops.admission's tail model (RT_IDLE_CORES + RT_CORES_PER_MBIT x Mbit/s);
+   median, p90 and max in cores, beside latency_divide.ops.admission's tail model (each trial's
+   generation's), the cores its admission asks for and the cores the whole trial used;
 2. for each trial, the real-time cores of every trial whose transfer overlapped its own,
    averaged over its transfer (and the peak, second by second), binned, with the share of
    trials whose health verdict failed and the delay line's lateness p99 in each bin: the load
@@ -47,11 +48,18 @@ def load(raw: Path) -> list[dict]:
             continue  # measured before cpu_s or the health check
         t0, t1 = t["transfer_started_unix"], t["transfer_ended_unix"]
         window = m["variant"].get("window_bytes") or m["tool"]["window_bytes"]
-        mbit = admission.carried_mbit(m["capacity_kbps"], m["linkplan"]["rtt_ms"], window)
+        rate, rtt, tool = m["capacity_kbps"], m["linkplan"]["rtt_ms"], m["tool"]["name"]
+        mbit = admission.carried_mbit(rate, rtt, window)
+        model = admission.rt_cores(rate, rtt, window, tool)
+        busy = (m.get("idle_s") or 0.0) + (m.get("duration_s") or (t1 - t0))
+        # the whole job, from its process's start to the transfer's end (+ its tail)
+        wall = t1 + 2.0 - t.get("process_started_unix", t0)
         out.append({"t0": t0, "t1": t1, "mbit": mbit,
                     "rt": sum(cpu.get(k) or 0.0 for k in RT_PARTS) / (t1 - t0),
-                    "model": admission.rt_cores(m["capacity_kbps"], m["linkplan"]["rtt_ms"],
-                                                window, m["tool"]["name"]),
+                    "model": model,
+                    "asked": max(admission.trial_cores(rate, rtt, window, tool, busy_s=busy),
+                                 admission.RT_HEADROOM * model),
+                    "used": sum(v or 0.0 for v in cpu.values()) / wall,
                     "fail": health.get("verdict") == "fail",
                     "p99": health.get("delayline_late_p99_us") or 0.0})
     return out
@@ -83,19 +91,25 @@ def main() -> int:
 
     print(f"== real-time cores per trial vs carried rate ({len(every)} trials) ==")
     print(f"{'Mbit/s':>8s} {'n':>4s} {'cores/Mbit med':>15s} {'p90':>7s} {'cores med':>10s} "
-          f"{'model (tail)':>13s}")
+          f"{'p90':>6s} {'max':>6s} {'model (tail)':>13s} {'asked':>6s} {'used':>6s}")
     mbit = np.array([x["mbit"] for x in every])
     rt = np.array([x["rt"] for x in every])
     model = np.array([x["model"] for x in every])
-    for lo, hi in ((0, 2), (2, 5), (5, 10), (10, 20), (20, 40), (40, 100)):
+    asked = np.array([x["asked"] for x in every])
+    used = np.array([x["used"] for x in every])
+    for lo, hi in ((0, 2), (2, 5), (5, 10), (10, 15), (15, 20), (20, 40), (40, 100)):
         s = (mbit >= lo) & (mbit < hi)
         if s.any():
             print(f"{lo:3d}-{hi:<4d} {s.sum():4d} {np.median(rt[s] / mbit[s]):15.4f} "
                   f"{np.percentile(rt[s] / mbit[s], 90):7.4f} {np.median(rt[s]):10.3f} "
-                  f"{np.median(model[s]):13.3f}")
+                  f"{np.percentile(rt[s], 90):6.3f} {rt[s].max():6.3f} "
+                  f"{np.median(model[s]):13.3f} {np.median(asked[s]):6.3f} "
+                  f"{np.median(used[s]):6.3f}")
     under = (rt > model).mean()
-    print(f"model: {admission.RT_IDLE_CORES} + {admission.RT_CORES_PER_MBIT} x Mbit/s; "
+    print(f"model: each trial's own generation's real-time tail (ops.admission.rt_cores); "
           f"trials above it: {100 * under:.1f} %")
+    print("asked: the cores its admission asks for (medians; max of the mean model and the "
+          "headroom x the tail); used: every component's CPU over the job's wall time")
 
     for name, trials in runs.items():
         demand(trials, "rt")

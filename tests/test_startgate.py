@@ -77,3 +77,46 @@ def test_clean_removes_the_gate_only_when_no_start_holds_it(state):
         assert startgate.clean_gate() == [] and gate.exists()
     assert startgate.clean_gate() == [startgate.GATE_NAME] and not gate.exists()
     assert startgate.clean_gate() == []  # safely re-runnable
+
+
+def test_a_start_waits_for_the_host_to_calm_down_and_says_what_it_saw(state):
+    """The gate holds a start while the host's CPU pressure is at or above the bound (the
+    pressure given as a sequence: the kernel's cannot be set by a test) and records it."""
+    readings = iter([85.0, 72.5, 61.0, 40.0, 10.0])
+    t0 = time.monotonic()
+    got = startgate.gated_start(0.0, 60.0, psi=lambda: next(readings))
+    waited = time.monotonic() - t0
+    assert 2.8 < waited < 4.5, waited  # three readings at or above 60, a second apart
+    assert got["start_psi_avg10"] == 40.0 and got["start_calm_psi_pct"] == 60.0
+    assert abs(got["start_wait_s"] - waited) < 0.1 and "start_calm_timed_out" not in got
+    assert (state / startgate.GATE_NAME).exists()  # a start under the gate is recorded
+
+
+def test_the_wait_for_calm_is_bounded_and_off_without_psi_or_bound(state):
+    got = startgate.gated_start(0.0, 60.0, psi=lambda: 99.0, max_calm_s=1.5)
+    assert got["start_calm_timed_out"] and 1.5 <= got["start_wait_s"] < 3.0
+    assert got["start_psi_avg10"] == 99.0
+    # a kernel without PSI: no wait
+    assert startgate.gated_start(0.0, 60.0, psi=lambda: None)["start_wait_s"] < 0.1
+    # bound 0: no wait, no reading
+    off = startgate.gated_start(0.0, 0.0, psi=lambda: 1 / 0)
+    assert off == {"start_spacing_s": 0.0, "start_wait_s": 0.0}
+
+
+def test_the_gate_reads_this_hosts_pressure(state):
+    from latency_divide.testbed.schedwatch import psi_avg10
+
+    got = startgate.gated_start(0.0, 100.0)  # a bound no reading reaches: no wait
+    assert got["start_wait_s"] < 0.5
+    if psi_avg10() is not None:
+        assert 0.0 <= got["start_psi_avg10"] <= 100.0
+
+
+def test_the_pressure_bound_from_the_environment():
+    assert startgate.calm_psi_pct({}) == startgate.CALM_PSI_PCT == 60.0
+    assert startgate.calm_psi_pct({startgate.CALM_ENV: "0"}) == 0.0
+    assert startgate.calm_psi_pct({startgate.CALM_ENV: "45"}) == 45.0
+    for bad in ("-1", "101", "nan", "calm", ""):
+        with pytest.raises(ConfigError) as e:
+            startgate.calm_psi_pct({startgate.CALM_ENV: bad})
+        assert f"{startgate.CALM_ENV}={bad!r}" in str(e.value) and "from 0 to 100" in str(e.value)
