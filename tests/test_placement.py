@@ -108,7 +108,6 @@ def test_placement_can_be_turned_off(state, monkeypatch):
     with placement.placed(0.01) as where:
         assert where == {"cpu": None, "why": "LATENCY_DIVIDE_PLACEMENT=off",
                          "start_spacing_s": 1.0, "start_wait_s": where["start_wait_s"],
-                         "start_calm_psi_pct": 60.0, "start_psi_avg10": where["start_psi_avg10"],
                          "halt_poll_ns": host_poll, "host_halt_poll_ns": host_poll}
         assert os.sched_getaffinity(0) == before
 

@@ -86,10 +86,9 @@ def _trial(args) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     limits.check("retries", args.retries, "--retries")
-    from latency_divide.testbed.startgate import calm_psi_pct, spacing_s
+    from latency_divide.testbed.startgate import spacing_s
 
     spacing_s()  # a wrong LATENCY_DIVIDE_START_SPACING: an error before anything starts
-    calm_psi_pct()  # a wrong LATENCY_DIVIDE_START_PSI too
 
     interrupt_on_sigterm()  # run `finally` blocks (teardown) on SIGTERM too
     from latency_divide.testbed.factory import open_testbed

@@ -44,14 +44,13 @@ def plan_trial(config: dict, wildcards, meta: Path) -> tuple:
     from latency_divide.config import config_hash, load_config
     from latency_divide.data.households import get_household
     from latency_divide.ops.progress import progress
-    from latency_divide.testbed.startgate import calm_psi_pct, spacing_s
+    from latency_divide.testbed.startgate import spacing_s
     from latency_divide.trial.layout import trial_meta_path
     from latency_divide.trial.meta import live_topologies
     from latency_divide.trial.sweep import nominal_trial_s, spec_from_config, trial_ids
 
     cfg = load_config(dict(config))
     spacing_s()  # a wrong LATENCY_DIVIDE_START_SPACING stops the job before anything starts
-    calm_psi_pct()  # and so does a wrong LATENCY_DIVIDE_START_PSI
     w = wildcards
     household = get_household(int(w.household), cfg.buckets)
     raw_root = meta.parents[5]

@@ -30,7 +30,7 @@ from latency_divide.fsio import write_json_atomic
 from latency_divide.testbed import netns
 from latency_divide.testbed.haltpoll import halt_polling, wanted_ns
 from latency_divide.testbed.runners import pid_alive
-from latency_divide.testbed.startgate import calm_psi_pct, gated_start, spacing_s
+from latency_divide.testbed.startgate import spaced_start, spacing_s
 
 #: Trials expected to need at most this many real-time cores are placed on one core: about 57
 #: Mbit/s carried by tquic-perf under the v2 cost model (0.025 + 0.0065 x Mbit/s). 0.25 (34
@@ -104,10 +104,9 @@ def placed(rt_cores: float, enabled: bool = True, tool: str = "tquic-perf") -> I
     if not enabled:
         yield {"cpu": None, "why": "not a local trial"}
         return
-    spacing = spacing_s()  # first: a wrong spacing, bound or halt polling is an error before
-    calm = calm_psi_pct()  # any wait
+    spacing = spacing_s()  # first: a wrong spacing or halt polling is an error before any wait
     poll_ns = wanted_ns()
-    start = gated_start(spacing, calm)
+    start = {"start_spacing_s": spacing, "start_wait_s": round(spaced_start(spacing), 3)}
     with halt_polling(poll_ns) as poll:
         start.update(poll)
         if os.environ.get("LATENCY_DIVIDE_PLACEMENT", "on") == "off":

@@ -12,21 +12,10 @@ sweep overshot in its slow start where no run alone did (14 sweeps: a 3.5 Mbit/s
 measurement: the wait comes before its namespaces are built, and is recorded in meta.json
 (``placement.start_wait_s``).
 
-A trial's job also waits at the gate while the host is under CPU pressure (PSI "some", avg10,
-at or above :data:`CALM_PSI_PCT`): the admission's budget is fixed, but what a wake-up costs on
-these VMs is not (a timer wake-up 21.7 µs of CPU on one day, 25.9 µs on another). In the
-paper's sweep at the same budget the tool ends waited a median 43 µs per wake-up on the faster
-day and 114-126 µs on the slower one, where 36 and 51 first attempts failed the 150 µs bound
-(docs/parallel.md, "What a trial's commands cost"); over four sweeps, the trials that ran
-under a pressure below 50 % waited at most 68 µs per wake-up, those at 50-90 % a median of
-91-126 µs. The wait is bounded (:data:`MAX_CALM_WAIT_S`), and it is recorded
-(``placement.start_psi_avg10``).
-
 The gate is a file in the state directory (``STATE_DIR/start-gate``: the last start's time),
 locked with flock while a start waits, so it holds across processes and Snakemake jobs and
 ends with them; ``latency-divide clean`` removes it when no start holds it.
-``LATENCY_DIVIDE_START_SPACING`` (seconds, 0 to 10; 0: no spacing) overrides the default,
-``LATENCY_DIVIDE_START_PSI`` (per cent, 0 to 100; 0: no wait for calm) the pressure bound.
+``LATENCY_DIVIDE_START_SPACING`` (seconds, 0 to 10; 0: no spacing) overrides the default.
 """
 
 from __future__ import annotations
@@ -38,34 +27,12 @@ import time
 
 from latency_divide.errors import ConfigError
 from latency_divide.testbed import netns
-from latency_divide.testbed.schedwatch import psi_avg10
 
 #: Seconds between two trial starts on one host (see the module docstring).
 SPACING_S = 1.0
 SPACING_ENV = "LATENCY_DIVIDE_START_SPACING"
 MAX_SPACING_S = 10.0
 GATE_NAME = "start-gate"
-#: A trial starts once the host's CPU pressure (PSI some avg10, %) is below this.
-CALM_PSI_PCT = 60.0
-CALM_ENV = "LATENCY_DIVIDE_START_PSI"
-#: The longest a start waits for calm (then it starts, and its record says so).
-MAX_CALM_WAIT_S = 120.0
-
-
-def calm_psi_pct(env: dict | None = None) -> float:
-    """The pressure bound in force: :data:`CALM_PSI_PCT` or the environment's, validated."""
-    raw = (os.environ if env is None else env).get(CALM_ENV)
-    if raw is None:
-        return CALM_PSI_PCT
-    try:
-        v = float(raw)
-    except ValueError:
-        v = math.nan
-    if not (0.0 <= v <= 100.0):
-        raise ConfigError(f"{CALM_ENV}={raw!r}: the host's CPU pressure (PSI some avg10, %) a "
-                          "trial waits to fall below must be a number from 0 to 100 (0: no "
-                          "wait)")
-    return v
 
 
 def spacing_s(env: dict | None = None) -> float:
@@ -86,24 +53,9 @@ def spacing_s(env: dict | None = None) -> float:
 def spaced_start(spacing: float | None = None) -> float:
     """Wait until ``spacing`` s after this host's previous trial start, then record this one;
     returns the seconds waited."""
-    return gated_start(spacing, 0.0)["start_wait_s"]
-
-
-def gated_start(spacing: float | None = None, calm_pct: float | None = None,
-                psi=psi_avg10, max_calm_s: float = MAX_CALM_WAIT_S) -> dict:
-    """Wait until ``spacing`` s after this host's previous trial start and, with ``calm_pct``
-    above 0, until ``psi()`` (the host's CPU pressure, %) is below it (at most ``max_calm_s``);
-    then record this start. One start waits at a time (the others queue for the gate's lock),
-    so starts after a busy spell still come ``spacing`` apart. Returns what meta.json records:
-    the spacing, the seconds waited, the bound and the pressure at the start (None where the
-    kernel has no PSI)."""
     spacing = spacing_s() if spacing is None else spacing
-    calm_pct = calm_psi_pct() if calm_pct is None else calm_pct
-    out = {"start_spacing_s": spacing, "start_wait_s": 0.0}
-    if calm_pct > 0:
-        out["start_calm_psi_pct"] = calm_pct
-    if spacing <= 0 and calm_pct <= 0:
-        return out
+    if spacing <= 0:
+        return 0.0
     path = netns.STATE_DIR / GATE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -117,20 +69,11 @@ def gated_start(spacing: float | None = None, calm_pct: float | None = None,
         wait = last + spacing - time.time()
         if wait > 0:
             time.sleep(min(wait, spacing))  # a clock set back never blocks longer than this
-        if calm_pct > 0:
-            deadline = time.monotonic() + max_calm_s
-            while (now := psi()) is not None and now >= calm_pct:
-                if time.monotonic() >= deadline:
-                    out["start_calm_timed_out"] = True
-                    break
-                time.sleep(1.0)
-            out["start_psi_avg10"] = now
         f.seek(0)
         f.truncate()
         f.write(f"{time.time():.6f}\n")
         f.flush()
-    out["start_wait_s"] = round(time.monotonic() - t0, 3)
-    return out
+    return time.monotonic() - t0
 
 
 def clean_gate() -> list[str]:
