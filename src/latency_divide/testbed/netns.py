@@ -310,8 +310,13 @@ def remove_namespaces(names: list[str]) -> list[str]:
     host = LocalRunner()
     try:
         host.run_batch([["ip", "netns", "del", ns] for ns in names])
-    except CommandError as e:
-        errors.append(str(e))
+    except CommandError:  # the batch stopped at one: delete the rest one by one, naming each
+        for ns in names:
+            if (NETNS_RUN_DIR / ns).exists():
+                try:
+                    host.run(["ip", "netns", "del", ns])
+                except CommandError as e:
+                    errors.append(str(e))
     return errors
 
 

@@ -230,12 +230,12 @@ class LocalRunner:
         if bad:
             raise ValueError(f"{bad[0]!r} cannot be passed through {prog} -batch (a space, "
                              "quote, '#' or backslash, or empty)")
-        full = self.wrap([prog, "-batch", "-"])
         text = "".join(" ".join(c[1:]) + "\n" for c in cmds)
-        res = self.run(full, check=False, timeout=timeout, input=text)
+        res = self.run([prog, "-batch", "-"], check=False, timeout=timeout, input=text)
         if res.returncode != 0:
             m = re.search(r"Command failed -:(\d+)", res.stderr)
-            failed = cmds[int(m.group(1)) - 1] if m and 0 < int(m.group(1)) <= len(cmds) else full
+            failed = (cmds[int(m.group(1)) - 1] if m and 0 < int(m.group(1)) <= len(cmds)
+                      else [prog, "-batch", "-"])
             raise CommandError(self.wrap(failed), res.returncode, res.stdout, res.stderr,
                                self.where)
         return res
