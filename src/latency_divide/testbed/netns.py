@@ -196,6 +196,7 @@ def link_commands(plan) -> list[tuple[str, list[str]]]:
 
 _NETEM_PROBE: bool | None = None
 
+
 def netem_cache() -> Path:
     """This boot's answer to the netem probe, so that each trial job (a process of its own) does
     not build and delete a throwaway namespace to ask again: valid while the boot, the kernel
