@@ -13,7 +13,8 @@ synthetic household); the bench finds the trial's processes in the job's process
 
   sender, receiver   the two tquic-perf ends (`-mode server` / `-mode client`)
   delayline          the delay line (and each of its threads, by thread name)
-  ping, qsampler     the concurrent ping and the queue sampler (python -m ...qsampler)
+  ping, qsampler     the concurrent ping and the queue sampler (tools/qsampler, or
+                     python -m ...qsampler with --qsampler python)
   watcher            the health watcher: the trial job's threads other than its main thread
                      (testbed.schedwatch.SchedWatch is a thread of the job)
   job                the trial job's main thread (Python: set-up, waiting, teardown)
@@ -193,7 +194,7 @@ def classify(argv: list[str]) -> str | None:
         return "delayline"
     if exe == "ping":
         return "ping"
-    if "latency_divide.testbed.qsampler" in argv:
+    if exe == "qsampler" or "latency_divide.testbed.qsampler" in argv:
         return "qsampler"
     return None
 
@@ -242,15 +243,22 @@ def parse_delayline_log(text: str) -> dict:
 
 # ---------------------------------------------------------------- one run
 
+def _qsampler_arg(v: str) -> Path | None:
+    return None if v == "python" else Path(v)
+
+
 @contextmanager
-def tool_root(delayline: Path, tquic_perf: Path):
-    """A temporary LATENCY_DIVIDE_ROOT whose target/release has the two binaries."""
+def tool_root(delayline: Path, tquic_perf: Path, qsampler: Path | None):
+    """A temporary LATENCY_DIVIDE_ROOT whose target/release has the binaries (without a
+    qsampler, trials sample the queue with the Python module)."""
     d = Path(tempfile.mkdtemp(prefix="ld-bench-cost-root-"))
     try:
         rel = d / "target" / "release"
         rel.mkdir(parents=True)
         (rel / "delayline").symlink_to(delayline.resolve())
         (rel / "tquic-perf").symlink_to(tquic_perf.resolve())
+        if qsampler is not None:
+            (rel / "qsampler").symlink_to(qsampler.resolve())
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -656,6 +664,10 @@ def parse_args(argv=None):
                    help="delay line binary (default target/release/delayline)")
     p.add_argument("--tquic-perf", type=Path, default=ROOT / "target" / "release" / "tquic-perf",
                    help="tquic-perf binary (default target/release/tquic-perf)")
+    p.add_argument("--qsampler", type=_qsampler_arg, default=ROOT / "target" / "release" /
+                   "qsampler", metavar="PATH|python",
+                   help="queue sampler binary (default target/release/qsampler); python: the "
+                   "Python module, as trials ran before tools/qsampler")
     p.add_argument("--rx-napi", choices=RX_NAPI, default="auto",
                    help="the receiving veths' NAPI: auto (as trials run: threaded above "
                    "250 Mbit/s for Cubic), off, gro, threaded (see RX_NAPI)")
@@ -688,8 +700,9 @@ def main(argv=None) -> int:
     if os.geteuid() != 0:
         print("bench_instrument_cost: needs root (network namespaces)", file=sys.stderr)
         return 2
-    for name, path in (("--delayline", a.delayline), ("--tquic-perf", a.tquic_perf)):
-        if not path.is_file():
+    for name, path in (("--delayline", a.delayline), ("--tquic-perf", a.tquic_perf),
+                       ("--qsampler", a.qsampler)):
+        if path is not None and not path.is_file():
             print(f"bench_instrument_cost: {name} {path} missing (scripts/setup.sh)",
                   file=sys.stderr)
             return 2
@@ -708,8 +721,8 @@ def main(argv=None) -> int:
     est = sum(s + a.idle + 8 for _, s in plan)
     print(f"{len(plan)} trials ({a.repeats} x rates {','.join(f'{r:g}' for r in a.rates)} "
           f"Mbit/s), about {est / 60:.0f} min; delay line {a.delayline}, tquic-perf "
-          f"{a.tquic_perf}; receiving veths' NAPI {a.rx_napi}; {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+          f"{a.tquic_perf}; queue sampler {a.qsampler or 'python'}; receiving veths' NAPI "
+          f"{a.rx_napi}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)
     runs: list[dict] = []
     keep = a.keep
     base = keep or Path(tempfile.mkdtemp(prefix="ld-bench-cost-"))
@@ -720,7 +733,7 @@ def main(argv=None) -> int:
         cal = {**host_calibration(), **poll}
         print(calibration_line(cal), flush=True)
         try:
-            with tool_root(a.delayline, a.tquic_perf) as root:
+            with tool_root(a.delayline, a.tquic_perf, a.qsampler) as root:
                 for i, (rate, secs) in enumerate(plan):
                     runs.append(run_one(rate, secs, a, root, base / f"run{i:02d}-{rate:g}",
                                         log=print))
@@ -739,7 +752,9 @@ def main(argv=None) -> int:
             "host": cal,
             "binaries": {"delayline": {"path": str(a.delayline), "sha256": sha256(a.delayline)},
                          "tquic_perf": {"path": str(a.tquic_perf),
-                                        "sha256": sha256(a.tquic_perf)}},
+                                        "sha256": sha256(a.tquic_perf)},
+                         "qsampler": None if a.qsampler is None else {
+                             "path": str(a.qsampler), "sha256": sha256(a.qsampler)}},
             "settings": {"rtt_ms": a.rtt_ms, "window_bytes": a.window, "idle_s": a.idle,
                          "skip_s": a.skip, "link": "symmetric", "direction": "downlink",
                          "cc": "cubic", "rx_napi": a.rx_napi, "tool_args": a.tool_arg,

@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
 """Cost of one queue sample: forking ``tc -s -j qdisc show dev DEV`` (the old sampler) against
-one rtnetlink dump from the sampler's own process (latency_divide.testbed.qsampler.sample_once).
+one rtnetlink dump from the sampler's own process (latency_divide.testbed.qsampler.sample_once);
+with --cadence R, what a sampler process costs at a trial's cadence: the Python module against
+the native tools/qsampler (both ``--fifo bfifo --interval 0.1``), R rounds of --seconds each,
+alternating which runs first, each process's CPU read from /proc/PID/schedstat once it is ready
+and again --seconds later, divided by the samples it wrote in between; and its start-up CPU
+(until ready). A sample in a loop costs a tenth of what one costs every 100 ms: the process
+wakes cold.
 
 Sets up a namespace of its own (``ldq-`` + random suffix) with a veth under htb root + class +
 bfifo, as the gateway has, runs the measurement inside it (``ip netns exec``), and deletes the
@@ -8,7 +14,7 @@ namespace at the end. Prints, per way, the median wall time and CPU time per sam
 time.process_time plus the children's user+system time from getrusage(RUSAGE_CHILDREN)) and
 the ratio old/new. Needs root. Example:
 
-    sudo .venv/bin/python bench/bench_qsampler.py --n 500
+    sudo .venv/bin/python bench/bench_qsampler.py --n 500 --cadence 5
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,9 +96,61 @@ def inner(dev: str, n: int) -> None:
           f"{om / nm if nm else float('inf'):>14.1f}")
 
 
+def _schedstat_s(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def cadence_run(ns: str, argv: list[str], seconds: float, out: Path) -> tuple[float, float]:
+    """(CPU µs per sample at the trial's cadence, start-up CPU ms) of one sampler process."""
+    p = subprocess.Popen(["ip", "netns", "exec", ns, *argv, "--dev", DEV, "--interval", "0.1",
+                          "--fifo", "bfifo", "--out", str(out)], stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        ready = p.stderr.readline()
+        if not ready.startswith("qsampler ready"):
+            raise SystemExit(f"bench_qsampler: {argv[0]} did not start: {ready}")
+        c0, n0 = _schedstat_s(p.pid), len(out.read_text().splitlines())
+        time.sleep(seconds)
+        c1, n1 = _schedstat_s(p.pid), len(out.read_text().splitlines())
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+    return (c1 - c0) / max(1, n1 - n0) * 1e6, c0 * 1e3
+
+
+def cadence(ns: str, rounds: int, seconds: float) -> None:
+    native = ROOT / "target" / "release" / "qsampler"
+    if not native.exists():
+        raise SystemExit(f"bench_qsampler: {native} is missing: run scripts/setup.sh")
+    ways = {"python": [sys.executable, "-m", "latency_divide.testbed.qsampler"],
+            "native": [str(native)]}
+    res: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
+    with tempfile.TemporaryDirectory(prefix="ld-bench-qs-") as tmp:
+        for r in range(rounds):
+            for w in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+                res[w].append(cadence_run(ns, ways[w], seconds, Path(tmp) / f"{w}{r}.jsonl"))
+    print(f"\nat a trial's cadence (one sample per 100 ms): {rounds} rounds of {seconds:g} s "
+          f"per way, alternating")
+    print(f"{'way':<10}{'CPU us/sample':>15}{'(min-max)':>16}{'start-up CPU ms':>17}"
+          f"{'a 60 s trial, CPU s':>21}")
+    med = {}
+    for w, runs in res.items():
+        per, start = [x[0] for x in runs], [x[1] for x in runs]
+        med[w] = (statistics.median(per), statistics.median(start))
+        trial = (med[w][1] / 1e3) + 650 * med[w][0] / 1e6  # 65 s of idle baseline + transfer
+        print(f"{w:<10}{med[w][0]:>15.0f}{f'({min(per):.0f}-{max(per):.0f})':>16}"
+              f"{med[w][1]:>17.1f}{trial:>21.3f}")
+    print(f"{'ratio python/native':<25}{med['python'][0] / med['native'][0]:>6.2f} per sample, "
+          f"{med['python'][1] / med['native'][1]:.1f} at start-up")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=300, help="samples per way (default 300)")
+    ap.add_argument("--cadence", type=int, default=0, metavar="R",
+                    help="then R rounds of each sampler process at a trial's cadence")
+    ap.add_argument("--seconds", type=float, default=10.0,
+                    help="length of a --cadence round, s (default 10)")
     ap.add_argument("--inner", metavar="DEV", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner:
@@ -104,8 +163,11 @@ def main() -> int:
     _run(["ip", "netns", "add", ns])
     try:
         setup(ns)
-        return subprocess.run(["ip", "netns", "exec", ns, sys.executable, __file__,
-                               "--inner", DEV, "--n", str(a.n)]).returncode
+        rc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, __file__,
+                             "--inner", DEV, "--n", str(a.n)]).returncode
+        if rc == 0 and a.cadence > 0:
+            cadence(ns, a.cadence, a.seconds)
+        return rc
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 

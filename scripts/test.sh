@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/lint.sh
+# the Rust tools' own tests (the delay line's schedule, the tool's batching and fallbacks, the
+# native queue sampler's netlink parsing)
+cargo test --release --locked --quiet --workspace
 exec .venv/bin/python -m pytest -ra "$@"

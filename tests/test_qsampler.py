@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from latency_divide.paths import built_tool
 from latency_divide.testbed import qsampler
 from latency_divide.parsers.queue import parse_queue
 
@@ -22,6 +23,14 @@ from netns_util import require_programs
 
 
 PY = sys.executable
+
+
+def native_sampler():
+    """tools/qsampler, as scripts/setup.sh builds it."""
+    path = built_tool("qsampler")
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run scripts/setup.sh (cargo build --release -p qsampler)")
+    return path
 DEV, PEER = "ldqa", "ldqb"
 ADDR, DEST = "10.231.7.1", "10.231.7.2"
 # DEST's frames carry a MAC nobody has: they leave DEV through its qdiscs, reach PEER (in the
@@ -241,12 +250,15 @@ def test_sample_once_equals_tc_on_a_real_htb_bfifo_tree(ns):
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("fifo", [False, True], ids=["all-qdiscs", "fifo-only"])
-def test_sampler_process_under_traffic(ns, tmp_path, fifo):
+@pytest.mark.parametrize("way", ["all-qdiscs", "fifo-only", "native"])
+def test_sampler_process_under_traffic(ns, tmp_path, way):
     out = tmp_path / "queue.jsonl"
     interval = 0.05
+    fifo = way != "all-qdiscs"
     extra = ["--fifo", "bfifo"] if fifo else []  # what trials run since format 3
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, "-m", "latency_divide.testbed.qsampler",
+    sampler = [str(native_sampler())] if way == "native" else [
+        PY, "-m", "latency_divide.testbed.qsampler"]
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, *sampler,
                              "--dev", DEV, "--interval", str(interval), "--out", str(out), *extra],
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
@@ -287,3 +299,70 @@ def test_sampler_process_under_traffic(ns, tmp_path, fifo):
         assert all(round(r["t_unix"], 3) == r["t_unix"] for r in recs)
     else:
         assert all({"htb", "bfifo"} <= {q["kind"] for q in r["qdisc"]} for r in recs)
+
+
+# ---------------------------------------------------------------- the native sampler
+
+
+SAME = """
+import json, subprocess, sys
+from latency_divide.testbed.qsampler import fifo_only, sample_once
+native, dev = sys.argv[1], sys.argv[2]
+before = fifo_only(sample_once(dev), "bfifo")
+p = subprocess.Popen([native, "--dev", dev, "--interval", "0.05", "--fifo", "bfifo"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+p.stderr.readline()
+lines = [p.stdout.readline() for _ in range(4)]
+p.terminate()
+after = fifo_only(sample_once(dev), "bfifo")
+print(json.dumps({"before": before, "after": after, "lines": lines}))
+"""
+
+
+@pytest.mark.netns
+def test_native_sampler_writes_the_python_samplers_lines(ns):
+    """Byte for byte: the same qdisc list as the Python sampler's ``--fifo``, json.dumps'd with
+    its separators, and the time as Python's json.dumps(round(t, 3)) prints it."""
+    blaster = _blast(ns, 60, 2000)  # fill the FIFO and drop: every counter non-zero
+    assert blaster.wait(timeout=30) == 0
+    for _ in range(20):  # htb drains the FIFO at 100 kbit: until nothing moves during a read
+        got = json.loads(_run(["ip", "netns", "exec", ns, PY, "-c", SAME, str(native_sampler()),
+                               DEV]).stdout)
+        if got["before"] == got["after"]:
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail(f"qdisc counters never stable for 0.2 s: {got}")
+    want = json.dumps(got["before"], separators=(",", ":"))
+    fifo = got["before"][0]
+    assert fifo["bytes"] > 0 and fifo["drops"] > 0 and fifo["parent"] == "1:3", fifo
+    for line in got["lines"]:
+        rec = json.loads(line)
+        assert line == ('{"t_unix":' + json.dumps(round(rec["t_unix"], 3)) + f',"dev":"{DEV}",'
+                        f'"qdisc":{want}}}' + "\n")
+    assert parse_queue("".join(got["lines"]))["drops_total"].tolist() == [fifo["drops"]] * 4
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--dev", "ldq-no-such", "--fifo", "bfifo"], ["ldq-no-such", "cannot read qdiscs"]),
+    (["--dev", "lo", "--fifo", "netem"], ["'netem'", "bfifo"]),
+    (["--dev", "lo", "--fifo", "bfifo", "--interval", "0"], ["--interval", "\"0\""]),
+    (["--dev", "l o", "--fifo", "bfifo"], ["\"l o\"", "interface name"]),
+], ids=["missing-device", "unknown-kind", "zero-interval", "bad-name"])
+def test_native_sampler_refuses_bad_input_naming_it(tmp_path, args, says):
+    out = tmp_path / "queue.jsonl"
+    res = subprocess.run([str(native_sampler()), *args, "--out", str(out)], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2, res
+    assert all(s in res.stderr for s in says), res.stderr
+    assert res.stdout == "" and not out.exists()
+
+
+def test_topology_runs_the_native_sampler_where_it_is_built(monkeypatch, tmp_path):
+    from latency_divide.testbed.local import Topology
+
+    args = ["--dev", "ld-gc", "--interval", "0.1", "--fifo", "bfifo"]
+    assert Topology(plan=None).qsampler_argv("ld-gc", 0.1) == [str(native_sampler()), *args]
+    monkeypatch.setenv("LATENCY_DIVIDE_ROOT", str(tmp_path))  # a tree of builds without it
+    assert Topology(plan=None).qsampler_argv("ld-gc", 0.1) == [
+        PY, "-m", "latency_divide.testbed.qsampler", *args]

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import pytest
 import yaml
 
+from latency_divide.paths import built_tool
 from latency_divide.testbed.local import resolve_delay_mechanism
 from latency_divide.testbed.netns import CLIENT_ADDR, GATEWAY_EGRESS, existing_namespaces
 from latency_divide.config import ToolSettings, Variant, load_config
@@ -159,6 +160,9 @@ def test_uplink_sender_runs_on_the_client_and_meta_is_complete(tmp_path):
         assert key in meta, key
     assert meta["host"]["kernel"] == os.uname().release
     assert meta["host"]["cpu_model"] == cpu_model()  # the machine: its CPU figures are its own
+    # the queue sampled by our native sampler (tools/qsampler), as the trial's argv records
+    q_argv = meta["queue"]["argv"]
+    assert Path(q_argv[q_argv.index("--dev") - 1]) == built_tool("qsampler"), q_argv
     gw_kinds = {q["kind"] for q in meta["qdisc_before"]["gw"]}
     assert {"htb", "bfifo"} <= gw_kinds
     assert parse_tool_log(read_text(d, "receiver.log")).complete

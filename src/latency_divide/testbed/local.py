@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latency_divide.errors import EnvironmentError_, LatencyDivideError
+from latency_divide.paths import built_tool
 from latency_divide.testbed import netns
 from latency_divide.testbed.base import (
     OFFLOAD_ARGS,
@@ -154,9 +155,15 @@ class Topology(SliceBase):
         return GATEWAY_EGRESS[direction]
 
     def qsampler_argv(self, dev: str, interval_s: float) -> list[str]:
-        """The queue sampler (JSON lines on stdout), run with this Python on this host."""
-        return [sys.executable, "-m", "latency_divide.testbed.qsampler", "--dev", dev,
-                "--interval", f"{interval_s:g}", "--fifo", "bfifo"]
+        """The queue sampler (JSON lines on stdout): our native one (tools/qsampler, the same
+        lines as the Python module's for a third of its CPU), or the Python module where it is
+        not built (a tree of older builds under LATENCY_DIVIDE_ROOT); the argv, in setup.json,
+        says which."""
+        args = ["--dev", dev, "--interval", f"{interval_s:g}", "--fifo", "bfifo"]
+        native = built_tool("qsampler")
+        if native.exists():
+            return [str(native), *args]
+        return [sys.executable, "-m", "latency_divide.testbed.qsampler", *args]
 
     def local_pids(self, procs: dict[str, Process]) -> dict[str, int]:
         pids = {name: p.pid for name, p in procs.items()}
