@@ -366,3 +366,17 @@ def test_topology_runs_the_native_sampler_where_it_is_built(monkeypatch, tmp_pat
     monkeypatch.setenv("LATENCY_DIVIDE_ROOT", str(tmp_path))  # a tree of builds without it
     assert Topology(plan=None).qsampler_argv("ld-gc", 0.1) == [
         PY, "-m", "latency_divide.testbed.qsampler", *args]
+
+
+@pytest.mark.parametrize("interval", ["1", "0.05"])
+def test_native_sampler_says_ready_as_the_python_one_does(interval):
+    lines = []
+    for argv in ([str(native_sampler())], [PY, "-m", "latency_divide.testbed.qsampler"]):
+        p = subprocess.Popen([*argv, "--dev", "lo", "--fifo", "bfifo", "--interval", interval],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        try:
+            lines.append(p.stderr.readline())
+        finally:
+            p.terminate()
+            p.communicate(timeout=10)
+    assert lines[0] == lines[1] == f"qsampler ready dev=lo interval={float(interval)}\n", lines

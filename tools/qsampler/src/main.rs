@@ -57,6 +57,16 @@ fn parse_interval(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A float as Python's str() prints it where the two differ for an interval: "1.0", not "1".
+fn py_float(v: f64) -> String {
+    let s = v.to_string();
+    if s.contains('.') {
+        s
+    } else {
+        s + ".0"
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
@@ -178,7 +188,11 @@ fn main() -> ExitCode {
             }
         }
     };
-    eprintln!("qsampler ready dev={} interval={}", o.dev, o.interval);
+    eprintln!(
+        "qsampler ready dev={} interval={}",
+        o.dev,
+        py_float(o.interval)
+    );
     let interval = (o.interval * 1e9).round() as i64;
     let (mut n, mut skipped) = (0u64, 0i64);
     let mut next = now_ns();
