@@ -88,7 +88,7 @@ pub fn parse_qdisc(body: &[u8]) -> io::Result<(i32, Fifo)> {
         parent: u32_at(body, 12),
         ..Fifo::default()
     };
-    let mut stats2 = false;
+    let (mut stats2, mut old_stats) = (false, None);
     for (t, p) in attrs(&body[TCMSG_LEN..])? {
         match t {
             TCA_KIND => {
@@ -106,15 +106,13 @@ pub fn parse_qdisc(body: &[u8]) -> io::Result<(i32, Fifo)> {
                     }
                 }
             }
+            TCA_STATS => old_stats = Some(p),
             _ => {}
         }
     }
     if !stats2 {
         // kernels without TCA_STATS2: the old struct tc_stats (tc falls back the same way)
-        if let Some((_, p)) = attrs(&body[TCMSG_LEN..])?
-            .into_iter()
-            .find(|a| a.0 == TCA_STATS)
-        {
+        if let Some(p) = old_stats {
             let v = padded(p, 36);
             q.bytes = Some(u64_at(&v, 0));
             q.queue = Some((u32_at(&v, 32), u32_at(&v, 28), u32_at(&v, 12)));
