@@ -1,5 +1,7 @@
+from latency_divide.ops.hostcheck import host_check_for_run
 from latency_divide.ops.progress import health_report, mark_run_start
 from latency_divide.ops.slurmnode import slurm_preflight, trial_gres
+from latency_divide.ops.workflow import trials_forbidden
 from latency_divide.paths import RUN_START
 
 # Stage 3: trials. One job per (definition, household, direction, variant, repetition) on the
@@ -62,6 +64,9 @@ onstart:
     # under Slurm: fail now, not hang, if the job status check cannot work; export the tool's
     # sha256 to the jobs, whose node check compares (latency_divide.ops.slurmnode)
     slurm_preflight(workflow, CFG.tool.binary())
+    # the host check (docs/host.md): once per boot and host, only when trial jobs run here;
+    # a host that cannot hold the config's links stops the run now (LATENCY_DIVIDE_HOST_CHECK)
+    host_check_for_run(workflow, CFG, trials_forbidden())
 
 
 # The run's end: did the emulation hold for every trial it measured (docs/emulation.md "Emulation health")

@@ -22,6 +22,13 @@ from latency_divide.links.plan import link_plan, make_linkplan
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 
+@pytest.fixture(autouse=True)
+def fitted_host(monkeypatch):
+    """The model as fitted: this host's record (ops.hostcheck), if any, scales nothing here
+    (tests/test_hostcheck.py tests the scaling)."""
+    monkeypatch.setenv("LATENCY_DIVIDE_HOST_FACTOR", "1")
+
+
 def test_cost_grows_with_the_rate_and_stops_at_the_window():
     slow = admission.trial_cores(2000, 30.0, None)
     fast = admission.trial_cores(35000, 30.0, None)

@@ -202,7 +202,7 @@ def test_a_trials_request_is_the_admission_model_in_millicores():
     for hh, direction in ((11406, "uplink"), (12251, "downlink")):
         req = int(trial_gres(cfg, hh, direction, "cubic").split(":")[1])
         plan = make_linkplan(get_household(hh, cfg.buckets), qfactor=cfg.qfactor)
-        local = admission.trial_host_load(plan, direction, 65536, cpu_count=4,
+        local = admission.trial_host_load(plan, direction, 65536, cpu_count=4, factor=1.0,
                                           busy_s=cfg.trial.idle_s + cfg.trial.duration_s)
         # per mille of a 4-core host = millicores / 4, rounded up
         assert local == max(1, -(-req // 4)) or abs(local - req / 4) <= 1, (hh, req, local)

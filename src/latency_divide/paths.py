@@ -31,6 +31,8 @@ COMPANIONS = RESULTS / "companions"
 RUN_START = Path("logs/run-start.json")
 #: One lock file per slice of an SSH inventory (testbed.factory.acquire_slice).
 SLICE_LOCKS = RESULTS / ".locks"
+#: One record per host and boot of what the host check measured (ops.hostcheck, docs/host.md).
+HOST_RECORDS = RESULTS / "host"
 
 
 def repo_root() -> Path:

@@ -33,6 +33,8 @@ from latency_divide.cli.data import (
     _sample_args,
 )
 from latency_divide.cli.ops import (
+    _host_check,
+    _host_check_args,
     _migrate,
     _migrate_args,
     _publish,
@@ -86,6 +88,9 @@ COMMANDS: dict[str, Command] = {
                          _provision),
     "clean": Command("remove our namespaces and processes left by a killed run", _clean_args,
                      _clean),
+    "host-check": Command("measure this host (once per boot) and say what it holds of a run: "
+                          "cost factor, trials at once, wall time, links it cannot hold (exit 3)",
+                          _host_check_args, _host_check),
 }
 
 

@@ -171,3 +171,48 @@ def _repack(args) -> int:
     verdict = f"{bad} problem(s)" if bad else "every original file rebuilt"
     print(f"{n} repacked trial(s) checked: {verdict}")
     return 2 if bad else 0
+
+
+def _host_check_args(p: argparse.ArgumentParser) -> None:
+    from latency_divide.ops.hostcheck import PROBE_DEFAULT_S, PROBE_MAX_S
+    from latency_divide.paths import DEFAULT_CONFIG
+
+    p.add_argument("--config", default=str(DEFAULT_CONFIG),
+                   help="the run to judge the host for (default config/config.yaml)")
+    p.add_argument("--force", action="store_true",
+                   help="measure again, even where this boot's record exists")
+    p.add_argument("--seconds", type=float, default=PROBE_DEFAULT_S,
+                   help=f"how long the probe runs (default {PROBE_DEFAULT_S:g}, at most "
+                        f"{PROBE_MAX_S:g})")
+    p.add_argument("--go-on", action="store_true",
+                   help="exit 0 where the host cannot hold the config's links (with a warning)")
+    p.add_argument("--json", action="store_true",
+                   help="print the record and the assessment as JSON instead of the report")
+
+
+def _host_check(args) -> int:
+    """Exit 0 (the host holds every link, or --go-on), 3 (it refuses: docs/host.md)."""
+    import dataclasses
+
+    from latency_divide.config import load_config
+    from latency_divide.ops.hostcheck import EXIT_REFUSED, check, check_seconds
+
+    check_seconds(args.seconds)  # a bad value fails before the config is read
+    cfg = load_config(args.config)
+    a, lines, rec, path = check(cfg, force=args.force, seconds=args.seconds,
+                                log=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.json:
+        out = dataclasses.asdict(a)
+        out.pop("trials")
+        print(json.dumps({"record_path": str(path), "record": rec, "assessment": out,
+                          "refused": a.refused}, indent=2))
+    else:
+        print("\n".join(lines))
+    if a.refused:
+        if args.go_on:
+            print("[latency-divide] WARNING: --go-on: the run goes ahead on a host that cannot "
+                  "hold the links above; every trial's health verdict is still judged",
+                  file=sys.stderr)
+            return 0
+        return EXIT_REFUSED
+    return 0

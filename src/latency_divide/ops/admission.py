@@ -12,6 +12,16 @@ same default serves a 2-core laptop and a 64-core server. Trials have ``threads:
 not count against ``--cores``, and ``snakemake --cores 1 all`` runs as many at once as the
 budget admits. The model's constants are fitted to measured per-component CPU (meta.json
 ``cpu_s``; bench/bench_trial_cpu.py prints them).
+
+**The host it runs on.** Those constants are CPU time on the host they were fitted on. What a
+trial asks for here (:func:`trial_host_load`, :func:`spec_rt_cores`) is the model's cores times
+this host's cost factor (testbed.hostrecord: its CPU per timer wake-up, measured by
+`latency-divide host-check`, against the fitted host's; 1.0 without a record of this boot), so
+that on a host twice as costly half as many trials run at once under the same budget. The
+budget set by hand still wins: the profile's ``host_load`` or ``--resources host_load=N`` bounds
+the run, and ``LATENCY_DIVIDE_HOST_FACTOR`` sets the factor (1: no scaling). The model functions
+themselves (:func:`rt_cores`, :func:`trial_cores`, :func:`beyond_cores`) stay in the fitted
+host's terms: the analysis judges published trials by them, whatever host analyses them.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from latency_divide.testbed.hostrecord import host_factor
 from latency_divide.testbed.rxnapi import carried_mbit  # noqa: F401 (also ours to name)
 from latency_divide.trial.instrument import CURRENT, GENERATIONS, planned_generation
 
@@ -249,12 +260,19 @@ def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
             f"a host with {math.ceil(rt / RT_HOST_SHARE)} or more cores, or over SSH")
 
 
-def spec_rt_cores(spec, testbed: str = "local") -> float:
-    """A trial's expected real-time cores by the current cost model, from its spec (what
-    trial.run hands testbed.placement)."""
+def factor_here(factor: float | None = None) -> float:
+    """``factor``, or this host's cost factor (testbed.hostrecord.host_factor) when None."""
+    return host_factor()[0] if factor is None else float(factor)
+
+
+def spec_rt_cores(spec, testbed: str = "local", factor: float | None = None) -> float:
+    """A trial's expected real-time cores on this host, from its spec (what trial.run hands
+    testbed.placement): the current cost model times the host's cost factor (``factor``; None:
+    this host's, :func:`factor_here`)."""
     plan = spec.link_plan("netem")
-    return rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms, spec.tool.window_bytes,
-                    spec.tool.name, testbed, spec_generation(spec))
+    return factor_here(factor) * rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
+                                          spec.tool.window_bytes, spec.tool.name, testbed,
+                                          spec_generation(spec))
 
 
 def spec_generation(spec) -> str:
@@ -282,10 +300,12 @@ def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
 
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
-                    busy_s: float = 65.0) -> int:
+                    busy_s: float = 65.0, factor: float | None = None) -> int:
     """The ``host_load`` a trial asks for, from its link plan (links.plan): its expected
-    cores, or its real-time cores with their headroom where those are more (fast links)."""
+    cores, or its real-time cores with their headroom where those are more (fast links), times
+    the host's cost factor (``factor``; None: this host's, :func:`factor_here`)."""
     rate = plan.shaper(direction).rate_kbit
     cores = trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s)
     rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed)
-    return host_load(max(cores, RT_HEADROOM * rt), cpu_count)
+    return host_load(factor_here(factor) * max(cores, RT_HEADROOM * rt), cpu_count)
+

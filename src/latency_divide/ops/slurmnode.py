@@ -15,7 +15,8 @@ budget. CPUs must then be shared: the trials' partition needs ``OverSubscribe=FO
 root, network namespaces allowed, the programs and the traffic tool the testbed check finds,
 and the tool's sha256 against the one the submitting host exported (``LATENCY_DIVIDE_TOOL_SHA256``,
 set by the workflow's ``onstart`` under Slurm, rules/trials.smk) or, without it, the one the definition's
-completed trials recorded. A failure names the node and the Slurm job.
+completed trials recorded. A failure names the node and the Slurm job. Then the node's host
+check (ops.hostcheck.node_host_check: measured once per boot, its record named in the findings).
 """
 
 from __future__ import annotations
@@ -149,6 +150,10 @@ def check_node(spec, testbed, raw_root: Path) -> dict:
         if want and want != sha:
             problems.append(f"traffic tool {found.get('binary')} has sha256 {sha}, not {want}, "
                             f"{source}: put the same build on every node")
+    if not problems:  # the node's host check, once per boot (ops.hostcheck), named
+        from latency_divide.ops.hostcheck import node_host_check
+
+        found["host_record"] = node_host_check()
     if problems:
         job = os.environ.get("SLURM_JOB_ID", "?")
         raise EnvironmentError_(f"node {node_name()} (Slurm job {job}) cannot run trial "

@@ -10,7 +10,7 @@ import socket
 import time
 from datetime import datetime, timezone
 
-from latency_divide.testbed import netns
+from latency_divide.testbed import hostrecord, netns
 
 
 def live_topologies() -> int:
@@ -20,15 +20,18 @@ def live_topologies() -> int:
 
 def executor_info() -> dict:
     """Who ran this trial (meta.json ``executor``): a Slurm job (its id, array task and node,
-    from the job's environment) or this host directly (the local executor, the CLI)."""
+    from the job's environment) or this host directly (the local executor, the CLI); and
+    ``host_record``, the host check's record of the host that ran it (path, schema, cost
+    factor: testbed.hostrecord.meta_ref, docs/host.md)."""
     env = os.environ
+    record = {"host_record": hostrecord.meta_ref()}
     if env.get("SLURM_JOB_ID"):
         return {"kind": "slurm", "job_id": env["SLURM_JOB_ID"],
                 "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
                 "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
                 "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
-                "cluster": env.get("SLURM_CLUSTER_NAME")}
-    return {"kind": "local", "node": socket.gethostname()}
+                "cluster": env.get("SLURM_CLUSTER_NAME"), **record}
+    return {"kind": "local", "node": socket.gethostname(), **record}
 
 
 def utc_now() -> str:

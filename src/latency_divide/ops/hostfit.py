@@ -1,0 +1,217 @@
+"""What a host record (testbed.hostrecord) means for the run at hand: the host's real-time
+capacity, each trial's cost on this host, the links it cannot hold even alone, about how many
+trials run at once, and the sweep's expected wall time. Pure: a record and a config in, an
+:class:`Assessment` out (ops.hostcheck measures and prints; docs/host.md).
+
+The rules, each in the units the record measures:
+
+* **real-time capacity** = cores x min(admission.RT_HOST_SHARE, the kernel's real-time share
+  ``sched_rt_runtime_us / sched_rt_period_us``) - cores x steal: the most SCHED_FIFO work the
+  host carries (RT_HOST_SHARE, 0.85 of a core, is where trials of the fitted host began to
+  fail; the kernel throttles at 0.95), less what the hypervisor took while the probe ran.
+* **a trial's real-time cores** = admission.spec_rt_cores with the record's cost factor.
+  Above the capacity, the host cannot hold the link even alone.
+* **lateness**: a link tolerates a wake-up late by less than one packet time at its bottleneck,
+  1500 B x 8 / rate (a 1 Mbit/s link 12 ms, 300 Mbit/s 40 µs). The record's lateness is the p99
+  at the probe's gap nearest that packet time (log scale; the delay line wakes once per frame
+  time), the worst of the CPUs measured (a trial may land on any).
+* **at once**: the profile's budget (host_load) over a trial's host-scaled request, for the
+  median trial of the config; the wall time replays the admission: trials start in sweep order
+  as the budget admits (first fit, as Snakemake's greedy scheduler), each lasting
+  trial.sweep.nominal_trial_s (what the progress line's ETA uses, ops.progress), and it is at
+  least the trials' host-scaled CPU (admission.trial_cores) over the budget's cores.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from latency_divide.ops import admission
+from latency_divide.paths import CHECKOUT
+
+#: A full-size frame at the bottleneck (bytes): the packet time the lateness is judged against.
+FRAME_BYTES = 1500
+#: The workflow profile whose ``resources: host_load`` is the local budget.
+PROFILE = CHECKOUT / "profiles" / "default" / "config.yaml"
+#: Where to go when this host cannot hold the config's links.
+REMEDIES = ("run on a quieter host (fewer other programs, no noisy neighbours: a VM whose steal "
+            "is near 0)", "an SSH testbed of dedicated nodes (docs/remote-testbed.md)",
+            "a Slurm cluster (docs/cluster.md)",
+            "or run anyway with `--go-on` (LATENCY_DIVIDE_HOST_CHECK=go-on in the workflow): "
+            "every trial's health verdict is still judged")
+
+
+def packet_time_us(rate_kbit: float) -> float:
+    return FRAME_BYTES * 8 * 1000.0 / rate_kbit
+
+
+def profile_budget(profile: Path = PROFILE) -> int:
+    """The default profile's host_load budget (per mille of this host)."""
+    import yaml
+
+    return int(yaml.safe_load(Path(profile).read_text())["resources"]["host_load"])
+
+
+def rt_capacity(record: dict) -> float:
+    """Real-time cores this host carries (module docstring)."""
+    n = int(record["cores"])
+    share = min(admission.RT_HOST_SHARE, float(record.get("rt_share") or 1.0))
+    steal = float(record["probe"].get("steal_pct") or 0.0) / 100.0
+    return max(0.0, n * (share - steal))
+
+
+def lateness_p99_us(record: dict, gap_us: float) -> tuple[float, float]:
+    """(the probe gap nearest ``gap_us`` on a log scale, the worst p99 lateness there, µs)."""
+    rows = record["probe"]["timer"]
+    gaps = sorted({float(r["gap_us"]) for r in rows})
+    near = min(gaps, key=lambda g: abs(math.log(g / gap_us)))
+    return near, max(float(r["late_us"]["p99"]) for r in rows if float(r["gap_us"]) == near)
+
+
+@dataclass
+class TrialCost:
+    trial: tuple            # (definition, household, direction, variant, repetition)
+    rate_kbit: int
+    rt_cores: float         # host-scaled
+    host_load: int          # host-scaled request
+    cpu_s: float            # host-scaled CPU of the whole trial
+    packet_us: float
+    late_gap_us: float
+    late_p99_us: float
+
+
+@dataclass
+class Refusal:
+    household: int
+    direction: str
+    rate_kbit: int
+    what: str               # the number that fails against its limit
+
+
+@dataclass
+class Assessment:
+    factor: float
+    factor_source: str
+    capacity_cores: float
+    fastest_mbit: float
+    fastest_why: str
+    budget: int
+    at_once: int
+    wall_s: float
+    cpu_floor_s: float
+    trials: list[TrialCost] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+
+def fastest_alone(record: dict, factor: float, capacity: float, tool: str = "tquic-perf",
+                  cc: str | None = None, delta: float | None = None) -> tuple[float, str]:
+    """The fastest link (Mbit/s, window not binding) this host holds alone, and which limit binds:
+    its real-time cores at the capacity, or the lateness at its packet time."""
+    def held(mbit: float) -> str | None:
+        kbit = mbit * 1000.0
+        gen = admission.planned_generation(mbit, "delayline", cc, delta)
+        rt = factor * admission.rt_cores(kbit, 20.0, None, tool, generation=gen)
+        if rt > capacity:
+            return "real-time cores"
+        if lateness_p99_us(record, packet_time_us(kbit))[1] > packet_time_us(kbit):
+            return "wake-up lateness"
+        return None
+
+    lo, hi = 0.0, 2000.0
+    if held(hi) is None:
+        return hi, "none below 2 Gbit/s"
+    why = held(hi)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        w = held(mid)
+        if w is None:
+            lo = mid
+        else:
+            hi, why = mid, w
+    return lo, why
+
+
+def expected_wall_s(costs: list[TrialCost], budget: int, trial_s: float) -> float:
+    """The admission replayed: trials in sweep order, each started as soon as its request fits
+    the budget (first fit over the waiting ones, as Snakemake's greedy scheduler), each lasting
+    ``trial_s``."""
+    waiting = [c.host_load for c in costs]
+    now, used, ends = 0.0, 0, []
+    while waiting:
+        started = []
+        for i, load in enumerate(waiting):
+            if used + min(load, budget) <= budget:
+                used += min(load, budget)
+                heapq.heappush(ends, (now + trial_s, min(load, budget)))
+                started.append(i)
+        waiting = [w for i, w in enumerate(waiting) if i not in set(started)]
+        if not waiting:
+            break
+        t, load = heapq.heappop(ends)
+        now, used = t, used - load
+        while ends and ends[0][0] <= now:
+            used -= heapq.heappop(ends)[1]
+    return max([now] + [t for t, _ in ends])
+
+
+def assess(cfg, record: dict | None, factor: float, factor_source: str,
+           budget: int | None = None, cpu_count: int | None = None) -> Assessment:
+    """The run of ``cfg`` on the host of ``record`` (None: no measurement, factor only)."""
+    from latency_divide.data.households import get_household
+    from latency_divide.trial.sweep import nominal_trial_s, spec_from_config, trial_ids
+
+    budget = profile_budget() if budget is None else int(budget)
+    n = int(cpu_count or (record or {}).get("cores") or 1)
+    capacity = rt_capacity(record) if record else n * admission.RT_HOST_SHARE
+    trial_s = nominal_trial_s(cfg)
+    busy_s = cfg.trial.idle_s + cfg.trial.duration_s
+    kind = cfg.testbed.kind
+    costs, households = [], {}
+    for tid in trial_ids(cfg):
+        _, hid, direction, variant, rep = tid
+        if hid not in households:
+            households[hid] = get_household(hid, cfg.buckets)
+        spec = spec_from_config(cfg, households[hid], direction, variant, rep)
+        plan = spec.link_plan("netem")
+        rate = plan.shaper(direction).rate_kbit
+        w, tool = spec.tool.window_bytes, spec.tool.name
+        rt = admission.spec_rt_cores(spec, kind, factor=factor)
+        load = admission.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor)
+        cpu = factor * admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s) * (
+            busy_s + admission.TRIAL_OVERHEAD_S)
+        pkt = packet_time_us(rate)
+        gap, late = lateness_p99_us(record, pkt) if record else (pkt, 0.0)
+        costs.append(TrialCost(tid, rate, rt, load, cpu, pkt, gap, late))
+    merged: dict = {}
+    for c in costs:
+        key = (c.trial[1], c.trial[2])
+        why = []
+        if c.rt_cores > capacity:
+            why.append(f"needs {c.rt_cores:.2f} real-time cores (variant {c.trial[3]}; the model's"
+                       f" {c.rt_cores / factor:.2f} x cost factor {factor:.2f}) > this host's "
+                       f"capacity {capacity:.2f}")
+        if record and c.late_p99_us > c.packet_us and kind == "local":
+            why.append(f"wake-up lateness p99 {c.late_p99_us:.0f} µs (at the "
+                       f"{c.late_gap_us:g} µs gap) > its packet time {c.packet_us:.0f} µs")
+        if why and (key not in merged or c.rt_cores > merged[key][0]):
+            # one line per link: its most costly variant's numbers
+            merged[key] = (c.rt_cores, Refusal(c.trial[1], c.trial[2], c.rate_kbit,
+                                               "; ".join(why)))
+    v0 = cfg.variants[0] if cfg.variants else None
+    fastest, fwhy = fastest_alone(record, factor, capacity, cfg.tool_for(v0).name,
+                                  v0.cc, v0.delta) if record else (float("nan"), "no record")
+    usable = budget / 1000.0 * n
+    floor = sum(c.cpu_s for c in costs) / usable if costs else 0.0
+    wall = max(expected_wall_s(costs, budget, trial_s), floor) if costs else 0.0
+    median_load = statistics.median(c.host_load for c in costs) if costs else 1
+    return Assessment(factor, factor_source, capacity, fastest, fwhy, budget,
+                      max(1, min(len(costs), int(budget // median_load))), wall, floor, costs,
+                      [r for _, r in merged.values()])
