@@ -80,7 +80,11 @@ def test_queue_sampling_counts_missed_samples_and_gaps(tmp_path):
 def test_verdict_names_each_broken_bound_and_what_it_could_not_check():
     good = {"tool_wait_ms_per_s": 1.0, "tool_wait_per_slice_us": 5.0,
             "delayline_late_p99_us": 50.0, "queue_samples_pct": 99.0}
-    assert H.verdict(good) == {"verdict": "pass", "reasons": [], "unchecked": []}
+    assert H.verdict(good) == {"verdict": "pass", "reasons": [], "unchecked": [],
+                               "bounds": {"tool_wait_per_slice_us": 150.0,
+                                          "delayline_late_p99_us": 1000.0,
+                                          "queue_samples_pct": 90.0},
+                               "packet_time_us": None}
     bad = dict(good, tool_wait_per_slice_us=255.5, queue_samples_pct=50.0)
     v = H.verdict(bad)
     assert v["verdict"] == "fail"
@@ -96,3 +100,48 @@ def test_bounds_table_lists_every_bound():
     table = H.bounds_table()
     for name in H.BOUNDS:
         assert f"`{name}`" in table
+
+
+# --- bounds in the link's own units (issue 57) ----------------------------------------------
+
+#: A 1.1 Mbit/s uplink of the $0-30 bucket on 2026-12-01's noisy host: kept with a failed
+#: verdict by a hair (a wait of 151-211 µs against 150, lateness p99 1.0-5.1 ms against 1.0)
+#: although its numbers agreed with both published repetitions (issue 57).
+BY_A_HAIR = {"tool_wait_per_slice_us": 185.0, "delayline_late_p99_us": 3100.0,
+             "queue_samples_pct": 100.0}
+
+
+def test_a_slow_link_failing_by_a_hair_of_host_time_passes_in_its_own_units():
+    v = H.verdict(BY_A_HAIR, capacity_kbps=1100)
+    assert v["verdict"] == "pass", v["reasons"]
+    assert v["packet_time_us"] == pytest.approx(10909.1, abs=0.1)
+    # without the link (an old record), the floors alone: it fails as it did
+    assert H.verdict(BY_A_HAIR)["verdict"] == "fail"
+
+
+def test_a_fast_link_keeps_the_floors():
+    # at 50 Mbit/s a packet takes 240 µs: the same wait and lateness are many packets late
+    v = H.verdict(BY_A_HAIR, capacity_kbps=50_000)
+    assert v["verdict"] == "fail"
+    assert v["bounds"]["tool_wait_per_slice_us"] == 150.0
+    assert v["bounds"]["delayline_late_p99_us"] == 1000.0
+    assert len(v["reasons"]) == 2
+
+
+def test_bounds_grow_with_the_packet_time_above_the_floor():
+    slow, mid = H.packet_time_us(500), H.packet_time_us(5000)
+    assert slow == pytest.approx(24000.0) and mid == pytest.approx(2400.0)
+    for name, (kind, floor, per_packet, _what) in H.BOUNDS.items():
+        if per_packet is None:
+            assert H.bound_for(name, slow) == floor
+            continue
+        assert H.bound_for(name, slow) == pytest.approx(max(floor, per_packet * slow))
+        assert H.bound_for(name, slow) >= H.bound_for(name, mid) >= floor
+        assert H.bound_for(name, None) == floor
+    assert H.packet_time_us(0) is None and H.packet_time_us(None) is None
+
+
+def test_rejudge_uses_the_recorded_capacity():
+    meta = {"capacity_kbps": 733, "health": dict(BY_A_HAIR, verdict="fail")}
+    assert H.rejudge(meta)["verdict"] == "pass"
+    assert H.rejudge({"capacity_kbps": 733}) is None

@@ -176,7 +176,7 @@ def _trial_with_fault(provisioned, tmp_path, client_ns: str, fault):
     import threading
 
     from latency_divide.testbed.ssh.testbed import SshTestbed
-    from latency_divide.trial.run import run_trial_with_retries
+    from latency_divide.trial.retry import run_trial_with_retries
 
     struck: list[bool] = []
 

@@ -61,9 +61,9 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
 def _trial(args) -> int:
     from latency_divide.config import ToolSettings, Variant
     from latency_divide.data.households import get_household
-    from latency_divide.ops.admission import retries_for, spec_rt_cores
+    from latency_divide.ops.admission import retries_for, rt_ceiling, spec_rt_cores
     from latency_divide.testbed.runners import interrupt_on_sigterm
-    from latency_divide.trial.run import run_trial_with_retries
+    from latency_divide.trial.retry import run_trial_with_retries
     from latency_divide.trial.spec import TrialSpec
     from latency_divide.trial.sweep import trial_variant_name
 
@@ -86,9 +86,11 @@ def _trial(args) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     limits.check("retries", args.retries, "--retries")
+    from latency_divide.testbed import loadgate
     from latency_divide.testbed.startgate import spacing_s
 
     spacing_s()  # a wrong LATENCY_DIVIDE_START_SPACING: an error before anything starts
+    loadgate.mode()  # likewise a wrong LATENCY_DIVIDE_LOAD_GATE
 
     interrupt_on_sigterm()  # run `finally` blocks (teardown) on SIGTERM too
     from latency_divide.testbed.factory import open_testbed
@@ -97,7 +99,8 @@ def _trial(args) -> int:
         say = functools.partial(print, file=sys.stderr)
         retries = retries_for(spec, args.retries, testbed.kind, log=say)
         d = run_trial_with_retries(spec, args.out, retries=retries, log=say, testbed=testbed,
-                                   expected_rt_cores=spec_rt_cores(spec, testbed.kind))
+                                   expected_rt_cores=spec_rt_cores(spec, testbed.kind),
+                                   rt_ceiling=rt_ceiling(testbed.kind))
     print(d)
     return 0
 

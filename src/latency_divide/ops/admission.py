@@ -309,3 +309,13 @@ def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = 
     rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed)
     return host_load(factor_here(factor) * max(cores, RT_HEADROOM * rt), cpu_count)
 
+
+def rt_ceiling(testbed: str = "local", cpu_count: int | None = None) -> float | None:
+    """The load gate's ceiling (testbed.loadgate): the real-time cores this host can carry at
+    all, :data:`RT_HOST_SHARE` of each core, less what the budget keeps for the rest (the
+    profile's 900 per mille with :data:`RT_HEADROOM`: 1.57 cores of 2); None where trials' tools
+    run on other hosts (no gate)."""
+    if testbed == "ssh":
+        return None
+    n = cpu_count or os.cpu_count() or 1
+    return round(min(RT_HOST_SHARE * n, 0.9 * n / RT_HEADROOM), 3)

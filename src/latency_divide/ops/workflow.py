@@ -70,11 +70,11 @@ def plan_trial(config: dict, wildcards, meta: Path) -> tuple:
 
 
 def _trial_job(smk, log) -> None:
-    from latency_divide.ops.admission import retries_for, spec_rt_cores
+    from latency_divide.ops.admission import retries_for, rt_ceiling, spec_rt_cores
     from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
     from latency_divide.trial.layout import META
-    from latency_divide.trial.run import run_trial_with_retries
+    from latency_divide.trial.retry import run_trial_with_retries
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -93,7 +93,8 @@ def _trial_job(smk, log) -> None:
             retries = retries_for(spec, cfg.trial.retries, cfg.testbed.kind, log=say)
             d = run_trial_with_retries(spec, raw_root, retries=retries, log=say,
                                        testbed=testbed,
-                                       expected_rt_cores=spec_rt_cores(spec, cfg.testbed.kind))
+                                       expected_rt_cores=spec_rt_cores(spec, cfg.testbed.kind),
+                                       rt_ceiling=rt_ceiling(cfg.testbed.kind))
     except BaseException:
         final = meta.parent
         if final.is_dir() and not any(final.iterdir()):

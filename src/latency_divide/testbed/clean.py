@@ -22,6 +22,7 @@ from latency_divide.testbed.netns import (
 )
 from latency_divide.testbed.haltpoll import clean_halt_poll
 from latency_divide.testbed.runners import pid_alive
+from latency_divide.testbed import loadgate
 from latency_divide.testbed.startgate import clean_gate
 
 
@@ -102,6 +103,7 @@ def clean(force: bool = False) -> CleanReport:
             rep.records_removed.append(rec.name)
     rep.records_removed += clean_placement_records(force)
     rep.records_removed += clean_gate()
+    rep.records_removed += loadgate.clean_gate()
     records, restored = clean_halt_poll(force)
     rep.records_removed += records
     rep.restored += [restored] if restored else []

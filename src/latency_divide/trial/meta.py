@@ -85,6 +85,16 @@ def cpu_times() -> tuple[float, float] | None:
     return sum(fields) - idle, sum(fields)
 
 
+def steal_times() -> tuple[float, float] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat: what the hypervisor took."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    return (fields[7] if len(fields) > 7 else 0.0), sum(fields)
+
+
 def job_cpu_s(components: dict[str, float | None]) -> dict[str, float]:
     """The trial job's own CPU seconds (``job``: Python, imports, checks, monitoring) and its
     other children's (``commands``: ip, tc, ss, ethtool, ...): every reaped child minus the

@@ -12,7 +12,6 @@ built in a temporary directory beside its final place and renamed only when comp
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import subprocess
@@ -21,15 +20,14 @@ import time
 from pathlib import Path
 
 from latency_divide import FORMAT_VERSION, __version__
-from latency_divide.errors import (CommandError, EnvironmentError_, LatencyDivideError,
-                                   TrialError, UnhealthyTrial)
+from latency_divide.errors import EnvironmentError_, TrialError, UnhealthyTrial
 from latency_divide.fsio import write_json_atomic
 from latency_divide.parsers.qlog import QlogError, summarize_server_qlog
 from latency_divide.parsers.tool import cc_fallback, parse_tool_log
 from latency_divide.paths import git_revision, repo_root
 from latency_divide.testbed.factory import make_testbed
 from latency_divide.testbed.runners import LocalRunner, Runner, pid_alive
-from latency_divide.testbed.schedwatch import SchedWatch, psi_avg10
+from latency_divide.testbed.schedwatch import SchedWatch
 from latency_divide.trial import definition
 from latency_divide.trial.health import health
 from latency_divide.testbed.placement import placed
@@ -62,6 +60,7 @@ from latency_divide.trial.meta import (
     job_cpu_s,
     live_topologies,
     process_started_unix,
+    steal_times,
     utc_now,
 )
 from latency_divide.trial.rawio import pack
@@ -106,12 +105,15 @@ def tool_rt_priority(topo, roles, asked: int, here: bool = False) -> dict:
 
 
 def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None,
-              keep_unhealthy: bool = True, expected_rt_cores: float | None = None) -> Path:
+              keep_unhealthy: bool = True, expected_rt_cores: float | None = None,
+              admission: dict | None = None) -> Path:
     """Run one trial; return its (complete) directory under ``out_root``. A trial whose
     health verdict fails (trial.health) raises :class:`UnhealthyTrial` and leaves nothing,
     unless ``keep_unhealthy`` (the last attempt): then it is kept, with its verdict, and the
     analysis lists it among the exclusions. ``expected_rt_cores`` (ops.admission.spec_rt_cores)
-    lets a slow trial run on one core (testbed.placement); None: it floats."""
+    lets a slow trial run on one core (testbed.placement); None: it floats. ``admission``: what
+    the load gate said when it admitted the trial (testbed.loadgate), recorded in meta.json; its
+    ``verdict`` is set to the trial's."""
     testbed = testbed or make_testbed("local")
     # what the testbed can do, asked before anything starts (not which kind it is)
     if spec.tool.qlog and not testbed.keeps_qlog:
@@ -132,6 +134,9 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
                     spec.tool.name) as where:
             meta = _run_in(spec, tmp, found, attempt, testbed)
         meta["placement"] = where
+        if admission is not None:
+            meta["admission"] = dict(admission)
+            admission["verdict"] = meta["health"]["verdict"]
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
             raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
                                  + "; ".join(meta["health"]["reasons"]))
@@ -195,6 +200,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         ping = topo.start("cli", p_argv, stdout=d / PING_LOG, stderr=d / PING_ERR)
         time.sleep(spec.idle_s)
         timing["transfer_started_unix"] = time.time()
+        steal_before = steal_times()
         rcv = topo.start(ep["receiver"], r_argv, stdout=d / RECEIVER_LOG,
                          stderr=d / RECEIVER_LOG)
         # how long the tool ends and the delay line wait for a CPU while they measure
@@ -212,6 +218,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
         finally:
             watch.stop()
         timing["transfer_ended_unix"] = time.time()
+        steal_pct = cpu_busy_pct(steal_before, steal_times())
         time.sleep(spec.tail_s)
         # The monitors must have run for the whole transfer: one that died early makes the
         # trial incomplete (retried), never a directory that looks complete.
@@ -260,7 +267,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     dl_text, snd_json, rcv_json = ((p.read_text(errors="replace") if p.exists() else "")
                                    for p in (d / DELAYLINE_LOG, d / SENDER_JSON, d / RECEIVER_JSON))
     trial_health = health(sched, dl_text, d / QUEUE_LOG, timing["transfer_started_unix"],
-                          timing["transfer_ended_unix"], spec.queue_interval_s, cpu)
+                          timing["transfer_ended_unix"], spec.queue_interval_s, cpu,
+                          plan.shaper(spec.direction).rate_kbit, steal_pct)
     measured_by = instrument(found["mechanism"], dl_text, snd_json, rcv_json, spec.tool.name,
                              found["tool_version"], topo.rx_napi)
 
@@ -336,49 +344,6 @@ def _reduce_qlog(qlog_dir: Path, out: Path) -> None:
     except QlogError as e:
         raise TrialError(f"the sender's qlog: {e}") from None
     shutil.rmtree(qlog_dir)
-
-
-def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
-                           log=print, testbed=None, expected_rt_cores: float | None = None) -> Path:
-    """Retry transient failures; never leave a partial trial directory behind."""
-    last: Exception | None = None
-    for attempt in range(1, retries + 2):
-        final = attempt == retries + 1
-        try:
-            d = run_trial(spec, out_root, attempt=attempt, testbed=testbed,
-                          keep_unhealthy=final, expected_rt_cores=expected_rt_cores)
-        except EnvironmentError_:
-            raise  # not transient
-        except UnhealthyTrial as e:
-            last = e
-            log(f"[latency-divide] trial {spec.trial_id} attempt {attempt}: {e}; measuring "
-                "it again once the host's CPU pressure has eased")
-            wait_for_calm(log=log)
-            continue
-        except (TrialError, CommandError, TimeoutError, LatencyDivideError) as e:
-            last = e
-            log(f"[latency-divide] trial {spec.trial_id} attempt {attempt} failed: {e}")
-            continue
-        h = json.loads((d / META).read_text()).get("health", {})
-        if h.get("verdict") == "fail":
-            log(f"[latency-divide] WARNING: trial {spec.trial_id} kept after {attempt} attempts "
-                f"with a failed health verdict ({'; '.join(h.get('reasons', []))}): the "
-                "analysis leaves it out and lists it in exclusions.parquet")
-        return d
-    raise TrialError(f"trial {spec.trial_id} failed after {retries + 1} attempts: {last}")
-
-
-def wait_for_calm(max_s: float = 30.0, pressure_pct: float = 20.0, log=print) -> float:
-    """Before measuring an unhealthy trial again: wait (at most ``max_s``) until the host's
-    CPU pressure over the last 10 s (PSI some avg10) is below ``pressure_pct``; returns the
-    seconds waited."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < max_s:
-        avg10 = psi_avg10()
-        if avg10 is None or avg10 < pressure_pct:
-            break
-        time.sleep(1.0)
-    return time.monotonic() - t0
 
 
 def clean_tmp_dirs(results: Path, force: bool = False) -> list[str]:
