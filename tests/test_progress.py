@@ -1,5 +1,6 @@
 """Progress lines of a sweep (ops.progress): trial k of N, what is done and running, ETA."""
 
+import json
 import os
 import time
 
@@ -50,3 +51,36 @@ def test_published_trials_in_packs_count_as_done(tmp_path):
     p = progress(metas, None, 60.0)
     assert (p.done, p.n, p.k) == (3, 4, 4)
     assert p.eta_s == 60.0  # one trial left
+
+
+def test_the_run_summary_names_retries_alone_failures_steal_host_and_floor(tmp_path):
+    from latency_divide.ops.progress import health_report, mark_run_start
+
+    start = tmp_path / "run-start.json"
+    mark_run_start(start)
+    t0 = json.loads(start.read_text())["started_unix"]
+
+    def meta(name, verdict, attempt=1, alone=False, steal=0.0, cpu=30.0):
+        d = tmp_path / name
+        d.mkdir()
+        m = {"attempt": attempt, "cpu_s": {"sender": cpu / 2, "receiver": cpu / 2, "ping": None},
+             "admission": {"exclusive": alone},
+             "executor": {"host_record": {"path": "results/host/vm-1234abcd.json",
+                                          "cost_factor": 1.8}},
+             "health": {"verdict": verdict, "steal_pct": steal,
+                        "reasons": [] if verdict == "pass" else
+                        ["delayline_late_p99_us = 9000 > 6000 (lateness)"]}}
+        (d / "meta.json").write_text(json.dumps(m))
+        return d / "meta.json"
+
+    metas = [meta("a", "pass"), meta("b", "pass", attempt=2), meta("c", "fail", attempt=4,
+                                                                  alone=True, steal=2.4)]
+    lines = health_report(metas, start, now=t0 + 180.0, cpu_count=2)
+    assert "3 trials measured in this run: 2 passed (2 of them measured more than once, 1 of " \
+        "those alone at the end), 1 kept with a failed verdict" in lines[0]
+    assert "results/host/vm-1234abcd.json (cost factor 1.8)" in lines[1]
+    # 90 CPU s over 2 cores: a floor of 45 s against 180 s of wall time
+    assert "wall time 00:03:00 against the host's floor 00:00:45" in lines[2]
+    assert lines[2].endswith("4.00 x")
+    assert "the hypervisor took 2.4 % of the CPU meanwhile" in lines[3]
+    assert len(lines) == 4

@@ -95,12 +95,19 @@ def progress(expected_metas: list[str | Path], start_file: Path | None, per_tria
     return Progress(min(done + running + 1, n), n, done_this_run, elapsed, eta, done, running)
 
 
-def health_report(metas: list[str | Path], start_file: Path | None = None) -> list[str]:
-    """The end of a run (rules/trials.smk ``onsuccess``): how the emulation held for the trials
-    measured in this run (meta.json ``health``, trial.health), one line, then a WARNING line
-    per trial kept with a failed verdict (the analysis lists those in exclusions.parquet)."""
+def health_report(metas: list[str | Path], start_file: Path | None = None,
+                  now: float | None = None, cpu_count: int | None = None) -> list[str]:
+    """The end of a run (rules/trials.smk ``onsuccess``), in one summary: the trials measured
+    in this run (meta.json ``health``, trial.health), how many passed, how many were measured
+    again and how many of those alone, the host record they ran on (docs/host.md) and the wall
+    time against the host's floor (the trials' CPU seconds, meta.json ``cpu_s``, divided by
+    the cores); then a WARNING line per trial kept with a failed verdict, with its reasons and
+    the hypervisor's steal when it took the CPU (the analysis lists those in
+    exclusions.parquet)."""
     start = run_start(start_file) if start_file else None
-    n = again = 0
+    n = again = alone = 0
+    cpu = 0.0
+    hosts: dict[str, str] = {}
     failed = []
     for m in metas:
         p = Path(m)
@@ -115,11 +122,34 @@ def health_report(metas: list[str | Path], start_file: Path | None = None) -> li
             continue
         n += 1
         again += int(meta.get("attempt", 1)) > 1
+        alone += bool((meta.get("admission") or {}).get("exclusive"))
+        cpu += sum(v for v in (meta.get("cpu_s") or {}).values() if isinstance(v, (int, float)))
+        rec = (meta.get("executor") or {}).get("host_record") or {}
+        if rec.get("path"):
+            hosts[rec["path"]] = f"cost factor {rec.get('cost_factor', '?')}"
         if h.get("verdict") == "fail":
+            steal = h.get("steal_pct")
+            took = (f"; the hypervisor took {steal:g} % of the CPU meanwhile"
+                    if steal is not None and steal >= STEAL_NAMED_PCT else "")
             failed.append(f"[latency-divide] WARNING: {p.parent}: emulation health failed: "
-                          + "; ".join(h.get("reasons", [])))
+                          + "; ".join(h.get("reasons", [])) + took)
     if not n:
         return []
-    return [f"[latency-divide] emulation health of the {n} trials measured in this run: "
-            f"{n - len(failed)} passed ({again} of them after more than one attempt), "
-            f"{len(failed)} failed and are left out of the tables"] + failed
+    lines = [f"[latency-divide] emulation health of the {n} trials measured in this run: "
+             f"{n - len(failed)} passed ({again} of them measured more than once, {alone} of "
+             f"those alone at the end), {len(failed)} kept with a failed verdict and left out "
+             "of the tables"]
+    lines.append("[latency-divide] host: " + ("; ".join(f"{k} ({v})" for k, v in hosts.items())
+                                              or "no host record (docs/host.md)"))
+    if start is not None:
+        wall = (now or time.time()) - start
+        floor = cpu / (cpu_count or os.cpu_count() or 1)
+        ratio = f"{wall / floor:.2f} x" if floor > 0 else "n/a"
+        lines.append(f"[latency-divide] wall time {fmt_duration(wall)} against the host's floor "
+                     f"{fmt_duration(floor)} (the trials' {cpu:.0f} CPU s over "
+                     f"{cpu_count or os.cpu_count() or 1} cores): {ratio}")
+    return lines + failed
+
+
+#: A failed trial's summary line names the hypervisor's steal from this share of the CPU on.
+STEAL_NAMED_PCT = 0.5
