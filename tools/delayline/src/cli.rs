@@ -91,6 +91,18 @@ pub struct Opts {
           value_parser = clap::value_parser!(u32).range(0..=64))]
     pub frames_per_wake: u32,
 
+    /// Police a->b with a token bucket: RATE_BPS:BURST_BYTES (bit/s, bytes; e.g.
+    /// 2000000:15140). Frames that find the bucket short of tokens are dropped and counted
+    /// (`police` in the stats), never queued; the bucket refills from each frame's receive
+    /// time, so the policer adds no wake-up. The bucket must hold a full-size frame of the
+    /// egress interface.
+    #[arg(long, value_name = "RATE_BPS:BURST_BYTES", value_parser = crate::police::parse_police)]
+    pub police_ab: Option<crate::police::Police>,
+
+    /// Police b->a (as --police-ab).
+    #[arg(long, value_name = "RATE_BPS:BURST_BYTES", value_parser = crate::police::parse_police)]
+    pub police_ba: Option<crate::police::Police>,
+
     /// SCHED_FIFO priority of the bridge threads (1..=99), so other busy processes on the
     /// host do not delay releases; 0 keeps the normal scheduler. If the kernel refuses,
     /// delayline warns and runs with the normal scheduler.
@@ -223,6 +235,40 @@ mod tests {
         .unwrap();
         assert_eq!(o.delay_ab(), Duration::from_millis(1));
         assert_eq!(o.delay_ba(), Duration::from_millis(3));
+    }
+
+    #[test]
+    fn policers_are_off_by_default_and_per_direction() {
+        let o = parse(&["--iface-a", "x", "--iface-b", "y", "--delay-ms", "1"]).unwrap();
+        assert_eq!((o.police_ab, o.police_ba), (None, None));
+        let o = parse(&[
+            "--iface-a",
+            "x",
+            "--iface-b",
+            "y",
+            "--delay-ms",
+            "1",
+            "--police-ba",
+            "1000000:15140",
+        ])
+        .unwrap();
+        assert_eq!(o.police_ab, None);
+        assert_eq!(o.police_ba.unwrap().to_string(), "1000000:15140");
+        let e = parse(&[
+            "--iface-a",
+            "x",
+            "--iface-b",
+            "y",
+            "--delay-ms",
+            "1",
+            "--police-ab",
+            "0:1500",
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("rate 0 bit/s is out of range"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::frame;
+use crate::police::{Police, TokenBucket};
 use crate::queue::{DelayQueue, Frame};
 use crate::stats::{bump, DirCounters, Lateness};
 use crate::sys::{BatchFrame, PacketSocket, RxBatch};
@@ -98,6 +99,8 @@ pub struct Side {
     pub early: Lateness,
     /// How long kernel-timestamped frames waited in the socket before they were read.
     pub age: Lateness,
+    /// The direction's policer (--police-ab/--police-ba), None without one.
+    pub police: Option<TokenBucket>,
     last_rx_ns: u64,
     last_drop_poll_ns: u64,
     warned: [bool; 4],
@@ -132,12 +135,19 @@ impl Side {
             late: Lateness::default(),
             early: Lateness::default(),
             age: Lateness::default(),
+            police: None,
             last_rx_ns: 0,
             last_drop_poll_ns: timing::now_ns(),
             warned: [false; 4],
             pool: Vec::new(),
             due: Vec::with_capacity(256),
         })
+    }
+
+    /// The same side, policed by a token bucket of `police` (full at the start).
+    pub fn policed(mut self, police: Option<Police>) -> Self {
+        self.police = police.map(TokenBucket::new);
+        self
     }
 
     fn warn_once(&mut self, kind: usize, msg: impl FnOnce() -> String) {
@@ -218,6 +228,13 @@ impl Side {
                 )
             });
             return;
+        }
+        // The policer judges the frame at its receive time, before it takes a buffer:
+        // a frame it drops costs nothing more.
+        if let Some(b) = self.police.as_mut() {
+            if !b.admit(t_rx, wire_len) {
+                return;
+            }
         }
         if f.csum_not_ready {
             bump(&self.counters.csum_not_ready, 1);

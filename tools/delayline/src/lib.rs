@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod frame;
 pub mod offload;
+pub mod police;
 pub mod queue;
 pub mod stats;
 pub mod sys;
@@ -91,6 +92,20 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     (sig > 0).then_some(sig)
 }
 
+/// The policers' keys of the ready line, only when a direction is policed:
+/// ` police_ab=RATE_BPS:BURST_BYTES police_ba=off`.
+fn police_ready(opts: &Opts) -> String {
+    if opts.police_ab.is_none() && opts.police_ba.is_none() {
+        return String::new();
+    }
+    let key = |p: Option<police::Police>| p.map_or_else(|| "off".to_string(), |p| p.to_string());
+    format!(
+        " police_ab={} police_ba={}",
+        key(opts.police_ab),
+        key(opts.police_ba)
+    )
+}
+
 /// Runs the delay line until SIGINT/SIGTERM (Ok) or a socket error (Err).
 pub fn run(opts: Opts) -> anyhow::Result<()> {
     let t_start = timing::now_ns();
@@ -119,6 +134,22 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         "user"
     };
 
+    // A bucket smaller than a full-size frame of its egress would drop every such frame.
+    for (flag, police, egress) in [
+        ("--police-ab", opts.police_ab, &b),
+        ("--police-ba", opts.police_ba, &a),
+    ] {
+        if let Some(p) = police {
+            let frame = frame::max_frame_bytes(egress.mtu) as u64;
+            if p.burst_bytes < frame {
+                anyhow::bail!(
+                    "{flag} {p}: a burst of {} bytes cannot pass a full-size frame of {} ({} bytes, MTU {}); \
+                     give a burst of at least {frame} bytes",
+                    p.burst_bytes, egress.name, frame, egress.mtu
+                );
+            }
+        }
+    }
     let (delay_ab, delay_ba) = (opts.delay_ab(), opts.delay_ba());
     let limit = opts.limit as usize;
     let sigset = block_stop_signals();
@@ -138,7 +169,8 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
                 delay_ab,
                 frame::max_frame_bytes(b.mtu),
                 limit,
-            )?,
+            )?
+            .policed(opts.police_ab),
             Side::new(
                 "b->a",
                 rx_b,
@@ -146,7 +178,8 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
                 delay_ba,
                 frame::max_frame_bytes(a.mtu),
                 limit,
-            )?,
+            )?
+            .policed(opts.police_ba),
         ],
         schedule,
         wakes: Default::default(),
@@ -167,7 +200,7 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         })
         .context("spawning the bridge thread")?;
     eprintln!(
-        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={} engine=batched window_us={} early_us={} frames_per_wake={}",
+        "delayline ready a={} b={} delay_ab_ms={} delay_ba_ms={} limit={} spin_us={} rt_priority={} rx_timestamps={} engine=batched window_us={} early_us={} frames_per_wake={}{}",
         a.name,
         b.name,
         ms(delay_ab),
@@ -178,7 +211,8 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
         rx_timestamps,
         schedule.window.as_micros(),
         schedule.early.as_micros(),
-        schedule.frames_per_wake
+        schedule.frames_per_wake,
+        police_ready(&opts)
     );
 
     let mut signal = None;
@@ -202,6 +236,7 @@ pub fn run(opts: Opts) -> anyhow::Result<()> {
             &s.age,
         )
         .with_earliness(&s.early)
+        .with_police(s.police.as_ref())
     };
     let report = Report {
         format: "delayline-stats",

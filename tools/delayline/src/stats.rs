@@ -147,6 +147,33 @@ pub struct DirReport {
     /// How early frames left that were sent before their release time (beside a frame
     /// that was due, within `early_us`); `count` is how many did.
     pub release_earliness: LatenessSummary,
+    /// The direction's policer (--police-ab/--police-ba) and what it dropped; absent
+    /// without one. Its drops are the emulated link's, not the line's: they are not in
+    /// `drops`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub police: Option<PoliceReport>,
+}
+
+/// A policer's settings and what it dropped (JSON `police` of a direction).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PoliceReport {
+    pub rate_bps: u64,
+    pub burst_bytes: u64,
+    /// Frames the policer dropped (found the bucket short of tokens).
+    pub drops: u64,
+    /// Their bytes (Ethernet frames as they would have been forwarded).
+    pub drop_bytes: u64,
+}
+
+impl From<&crate::police::TokenBucket> for PoliceReport {
+    fn from(b: &crate::police::TokenBucket) -> Self {
+        PoliceReport {
+            rate_bps: b.police.rate_bps,
+            burst_bytes: b.police.burst_bytes,
+            drops: b.drops,
+            drop_bytes: b.drop_bytes,
+        }
+    }
 }
 
 impl DirReport {
@@ -185,7 +212,14 @@ impl DirReport {
             rx_ts_user: get(&c.rx_ts_user),
             rx_age: rx_age.summary(),
             release_earliness: Lateness::default().summary(),
+            police: None,
         }
+    }
+
+    /// The same report with the direction's policer, if it has one.
+    pub fn with_police(mut self, police: Option<&crate::police::TokenBucket>) -> Self {
+        self.police = police.map(PoliceReport::from);
+        self
     }
 
     /// The same report with the earliness histogram of the frames sent early.
@@ -310,7 +344,25 @@ impl Report {
             self.version,
             self.frames_per_wake,
             self.wakes.window_mean_us
-        )
+        ) + &self.police_keys()
+    }
+
+    /// The policers' keys of the usage line, only when a direction is policed (so the line
+    /// of an unpoliced run is what it always was): ` police_ab_drops=N
+    /// police_ab_drop_bytes=N police_ba_drops=N police_ba_drop_bytes=N`, `na` for a
+    /// direction without a policer.
+    fn police_keys(&self) -> String {
+        if self.a_to_b.police.is_none() && self.b_to_a.police.is_none() {
+            return String::new();
+        }
+        let keys = |dir: &str, p: &Option<PoliceReport>| match p {
+            Some(p) => format!(
+                " police_{dir}_drops={} police_{dir}_drop_bytes={}",
+                p.drops, p.drop_bytes
+            ),
+            None => format!(" police_{dir}_drops=na police_{dir}_drop_bytes=na"),
+        };
+        keys("ab", &self.a_to_b.police) + &keys("ba", &self.b_to_a.police)
     }
 }
 
@@ -464,6 +516,63 @@ mod tests {
             "temp file left behind"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_policed_direction_adds_its_keys_and_nothing_else_changes() {
+        let c = DirCounters::default();
+        bump(&c.frames, 4);
+        bump(&c.drops_limit, 1);
+        let none = Lateness::default();
+        let mut tb = crate::police::TokenBucket::new(crate::police::Police {
+            rate_bps: 1_000_000,
+            burst_bytes: 3000,
+        });
+        assert!(tb.admit(0, 3000));
+        assert!(!tb.admit(0, 1500));
+        let a = DirReport::from_counters("x", "y", 1.0, &c, 0, &none, &none).with_police(None);
+        let b = DirReport::from_counters("y", "x", 1.0, &c, 0, &none, &none).with_police(Some(&tb));
+        assert_eq!(b.drops, 1, "the policer's drops are not the line's");
+        let mut r = Report {
+            format: "delayline-stats",
+            format_version: 2,
+            limit: 5,
+            spin_us: 0,
+            rt_priority: 10,
+            engine: "batched",
+            window_us: 200,
+            early_us: 100,
+            frames_per_wake: 1,
+            version: "0.2.1",
+            wakes: WakeReport::default(),
+            a_to_b: a,
+            b_to_a: b,
+            rx_timestamps: "kernel",
+            cpu_user_s: 0.0,
+            cpu_sys_s: 0.0,
+            cpu_s: 0.0,
+            wall_s: 1.0,
+        };
+        let line = r.usage_line();
+        assert!(
+            line.ends_with(
+                "window_mean_us=0.0 police_ab_drops=na police_ab_drop_bytes=na \
+                 police_ba_drops=1 police_ba_drop_bytes=1500"
+            ),
+            "{line}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v["a_to_b"].get("police").is_none());
+        assert_eq!(v["b_to_a"]["police"]["rate_bps"], 1_000_000);
+        assert_eq!(v["b_to_a"]["police"]["burst_bytes"], 3000);
+        assert_eq!(v["b_to_a"]["police"]["drops"], 1);
+        assert_eq!(v["b_to_a"]["police"]["drop_bytes"], 1500);
+        // Unpoliced: the usage line ends where it always did.
+        r.b_to_a.police = None;
+        assert!(r.usage_line().ends_with("window_mean_us=0.0"));
+        assert!(serde_json::to_value(&r).unwrap()["b_to_a"]
+            .get("police")
+            .is_none());
     }
 
     #[test]
