@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
+use crate::abr::AbrKind;
 use crate::udp::{BatchOpts, Refuse, Toggle};
 
 /// Boolean flags, for the `-noflag` spelling.
@@ -111,6 +112,45 @@ pub struct Opts {
     #[arg(long = "test_refuse", hide = true, default_value = "", value_parser = parse_refuse)]
     pub test_refuse: Refuse,
 
+    /// What the sender sends: `bulk` (tperf's transfer, the default) or `live` (an encoder
+    /// model with an ABR; README.md, "Live mode"). Give both ends the same value.
+    #[arg(long, default_value = "bulk", value_parser = parse_app)]
+    pub app: App,
+
+    /// Live: the ABR, `backlog` (OBS Studio's dynamic bitrate) or `rate` (Chromium Cast's).
+    #[arg(long, default_value = "backlog", value_parser = parse_abr)]
+    pub abr: AbrKind,
+
+    /// Live: frames per second, in [1, 120].
+    #[arg(long, default_value = "30", value_parser = parse_fps)]
+    pub fps: u32,
+
+    /// Live: seconds between key frames (the GOP), in (0, 60].
+    #[arg(long = "gop_s", default_value = "2", value_parser = parse_gop_s)]
+    pub gop_s: f64,
+
+    /// Live: a key frame's size over a delta frame's, in [1, 50].
+    #[arg(long = "keyframe_ratio", default_value = "5", value_parser = parse_keyframe_ratio)]
+    pub keyframe_ratio: f64,
+
+    /// Live: frame sizes vary uniformly by +- this fraction of their mean, in [0, 0.9].
+    #[arg(long = "frame_jitter", default_value = "0.1", value_parser = parse_frame_jitter)]
+    pub frame_jitter: f64,
+
+    /// Live: a delta frame still waiting in the sender's queue this long after its capture
+    /// is dropped (with the rest of its GOP); also the rate ABR's latency budget.
+    #[arg(long = "frame_deadline_ms", default_value = "700", value_parser = parse_frame_deadline_ms)]
+    pub frame_deadline_ms: u64,
+
+    /// Live: the sender sends a ping pair (on its own stream, and in-band) this often;
+    /// 0: none. In {0} or [10, 60000].
+    #[arg(long = "ping_interval_ms", default_value = "1000", value_parser = parse_ping_interval_ms)]
+    pub ping_interval_ms: u64,
+
+    /// Live: the seed of the frame-size jitter.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
     /// Whether `-congestion` was given on the command line (not a clap argument). The
     /// client records its congestion flags only if given: the sender decides.
     #[arg(skip)]
@@ -138,6 +178,85 @@ impl Opts {
     pub fn reported_latency_factor(&self) -> Option<f64> {
         (self.reported_cc() == Some(Congestion::Copa)).then_some(self.latency_factor)
     }
+}
+
+/// What the sender sends (`-app`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum App {
+    Bulk,
+    Live,
+}
+
+impl App {
+    pub fn name(self) -> &'static str {
+        match self {
+            App::Bulk => "bulk",
+            App::Live => "live",
+        }
+    }
+}
+
+pub fn parse_app(s: &str) -> Result<App, String> {
+    match s {
+        "bulk" => Ok(App::Bulk),
+        "live" => Ok(App::Live),
+        _ => Err(format!("unknown app '{s}'; allowed: bulk, live")),
+    }
+}
+
+pub fn parse_abr(s: &str) -> Result<AbrKind, String> {
+    AbrKind::ALL
+        .into_iter()
+        .find(|a| a.name() == s)
+        .ok_or_else(|| format!("unknown abr '{s}'; allowed: backlog, rate"))
+}
+
+/// A number in `[lo, hi]`, or an error naming the flag, the value and the range.
+fn ranged<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
+    flag: &str,
+    s: &str,
+    lo: T,
+    hi: T,
+) -> Result<T, String> {
+    let v: T = s
+        .parse()
+        .map_err(|_| format!("{flag} '{s}' is not a number; allowed: [{lo}, {hi}]"))?;
+    // `!(..)` so that NaN is refused too.
+    if !(v >= lo && v <= hi) {
+        return Err(format!("{flag} {s} is not in [{lo}, {hi}]"));
+    }
+    Ok(v)
+}
+
+pub fn parse_fps(s: &str) -> Result<u32, String> {
+    ranged("fps", s, 1, 120)
+}
+
+pub fn parse_gop_s(s: &str) -> Result<f64, String> {
+    let v = ranged("gop_s", s, 0.0, 60.0)?;
+    if v == 0.0 {
+        return Err(format!("gop_s {s} is not in (0, 60]"));
+    }
+    Ok(v)
+}
+
+pub fn parse_keyframe_ratio(s: &str) -> Result<f64, String> {
+    ranged("keyframe_ratio", s, 1.0, 50.0)
+}
+
+pub fn parse_frame_jitter(s: &str) -> Result<f64, String> {
+    ranged("frame_jitter", s, 0.0, 0.9)
+}
+
+pub fn parse_frame_deadline_ms(s: &str) -> Result<u64, String> {
+    ranged("frame_deadline_ms", s, 50, 60_000)
+}
+
+pub fn parse_ping_interval_ms(s: &str) -> Result<u64, String> {
+    if s == "0" {
+        return Ok(0);
+    }
+    ranged("ping_interval_ms", s, 10, 60_000).map_err(|e| format!("{e} (or 0 for no pings)"))
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -488,6 +607,43 @@ mod tests {
             assert!(e.contains(needle), "{args:?}: {e}");
         }
         assert!(parse(&["-latency_factor", "1"]).is_ok());
+    }
+
+    #[test]
+    fn live_flags_default_to_bulk_and_are_checked() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.app, App::Bulk);
+        assert_eq!((o.abr, o.fps, o.gop_s), (AbrKind::Backlog, 30, 2.0));
+        assert_eq!((o.frame_deadline_ms, o.ping_interval_ms), (700, 1000));
+        let o = parse(&["--app", "live", "-abr=rate", "-fps", "25", "-gop_s", "1.5"]).unwrap();
+        assert_eq!(
+            (o.app, o.abr, o.fps, o.gop_s),
+            (App::Live, AbrKind::Rate, 25, 1.5)
+        );
+        assert_eq!(
+            parse(&["-ping_interval_ms", "0"]).unwrap().ping_interval_ms,
+            0
+        );
+        for (args, needle) in [
+            (
+                vec!["-app", "video"],
+                "unknown app 'video'; allowed: bulk, live",
+            ),
+            (
+                vec!["-abr", "bola"],
+                "unknown abr 'bola'; allowed: backlog, rate",
+            ),
+            (vec!["-fps", "0"], "fps 0 is not in [1, 120]"),
+            (vec!["-fps", "x"], "fps 'x' is not a number"),
+            (vec!["-gop_s", "0"], "gop_s 0 is not in (0, 60]"),
+            (vec!["-keyframe_ratio", "0.5"], "keyframe_ratio 0.5"),
+            (vec!["-frame_jitter", "nan"], "frame_jitter nan"),
+            (vec!["-frame_deadline_ms", "10"], "frame_deadline_ms 10"),
+            (vec!["-ping_interval_ms", "5"], "ping_interval_ms 5"),
+        ] {
+            let e = parse(&args).unwrap_err().to_string();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
     }
 
     #[test]

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
 
-use crate::cli::Opts;
+use crate::cli::{App, Opts};
 use crate::error::PerfError;
+use crate::live_rx::LiveReceiver;
 use crate::net::{self, SocketSender, Step};
-use crate::report::{self, SenderStats, Summary};
+use crate::report::{self, LiveReport, SenderStats, Summary};
 use crate::udp::UdpIo;
 
 /// Read buffer per `stream_read` call.
@@ -38,11 +39,23 @@ struct Progress {
 struct ClientHandler {
     progress: Rc<RefCell<Progress>>,
     buf: Vec<u8>,
+    /// `-app live`: the receiving end of the broadcast.
+    live: Option<Rc<RefCell<LiveReceiver>>>,
 }
 
 impl ClientHandler {
     fn drain(&mut self, conn: &mut Connection, stream_id: u64) {
         let mut p = self.progress.borrow_mut();
+        if let Some(live) = &self.live {
+            let n = live
+                .borrow_mut()
+                .on_readable(conn, stream_id, &mut self.buf);
+            if n > 0 && p.first_byte.is_none() {
+                p.first_byte = Some((Instant::now(), SystemTime::now()));
+            }
+            p.total_bytes += n;
+            return;
+        }
         while let Ok((n, fin)) = conn.stream_read(stream_id, &mut self.buf) {
             if n > 0 && p.first_byte.is_none() {
                 p.first_byte = Some((Instant::now(), SystemTime::now()));
@@ -60,6 +73,9 @@ impl TransportHandler for ClientHandler {
 
     fn on_conn_established(&mut self, conn: &mut Connection) {
         self.progress.borrow_mut().established = true;
+        if let Some(live) = &self.live {
+            live.borrow_mut().open(conn);
+        }
         glog!('I', "connected to {}", peer_of(conn));
     }
 
@@ -94,6 +110,9 @@ impl TransportHandler for ClientHandler {
 
     fn on_stream_writable(&mut self, conn: &mut Connection, stream_id: u64) {
         let _ = conn.stream_want_write(stream_id, false);
+        if let Some(live) = &self.live {
+            live.borrow_mut().flush(conn);
+        }
     }
 
     fn on_stream_closed(&mut self, _conn: &mut Connection, _stream_id: u64) {}
@@ -178,9 +197,11 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
     config.set_tls_config(tls);
 
     let progress = Rc::new(RefCell::new(Progress::default()));
+    let live = (opts.app == App::Live).then(|| Rc::new(RefCell::new(LiveReceiver::default())));
     let handler = ClientHandler {
         progress: progress.clone(),
         buf: vec![0u8; READ_CHUNK_BYTES],
+        live: live.clone(),
     };
     let sender = Rc::new(SocketSender { io: io.clone() });
     let mut endpoint = Endpoint::new(Box::new(config), false, Box::new(handler), sender.clone());
@@ -294,6 +315,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
             pacing: opts.pacing,
             sender: SenderStats::default(),
             batching,
+            live: live.map(|l| LiveReport::Receiver(Box::new(l.borrow().report(duration_s)))),
         };
         report::write_json_atomic(path, &summary)?;
     }

@@ -1,16 +1,23 @@
-//! tquic-perf: an mvfst-`tperf`-compatible QUIC bulk-transfer tool built on `tquic`.
+//! tquic-perf: an mvfst-`tperf`-compatible QUIC bulk-transfer tool built on `tquic`, with a
+//! live-video mode (`-app live`: crate::live, crate::live_rx).
 //! See README.md for usage and output formats.
 
 #[macro_use]
 pub mod glog;
+pub mod abr;
 pub mod cli;
 pub mod client;
+pub mod encoder;
 pub mod error;
+pub mod live;
+pub mod live_rx;
+pub mod livestats;
 pub mod net;
 pub mod report;
 pub mod rtt;
 pub mod server;
 pub mod udp;
+pub mod wire;
 
 pub use cli::{Mode, Opts};
 pub use error::PerfError;

@@ -11,7 +11,7 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use tquic::{Config, Endpoint, PacketInfo, PacketSendHandler};
 
-use crate::cli::{Congestion, Opts};
+use crate::cli::{App, Congestion, Opts};
 use crate::error::PerfError;
 use crate::udp::UdpIo;
 
@@ -22,6 +22,9 @@ pub const ALPN: &[u8] = b"tquic-perf";
 const SOCKET_BUFFER_BYTES: libc::c_int = 8 * 1024 * 1024;
 
 const SOCKET: Token = Token(0);
+
+/// Live mode: unidirectional streams the peer may open at first.
+const LIVE_MAX_STREAMS: u64 = 100_000;
 
 pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, PerfError> {
     let mut addrs = (host, port)
@@ -66,7 +69,11 @@ pub fn base_config(opts: &Opts) -> Result<Config, PerfError> {
     c.set_max_stream_window(opts.window);
     c.set_max_connection_window(opts.window);
     c.set_initial_max_streams_bidi(16);
-    c.set_initial_max_streams_uni(16);
+    c.set_initial_max_streams_uni(match opts.app {
+        App::Bulk => 16,
+        // Live: a stream per frame and ping; the credit is also renewed as streams close.
+        App::Live => LIVE_MAX_STREAMS,
+    });
     Ok(c)
 }
 

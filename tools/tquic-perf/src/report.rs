@@ -5,6 +5,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::live::LiveSenderReport;
+use crate::live_rx::LiveReceiverReport;
 use crate::rtt::RttSummary;
 use crate::udp::BatchReport;
 
@@ -136,6 +138,17 @@ pub struct Summary {
     pub sender: SenderStats,
     /// How this process's socket sent and received: modes, fallbacks, syscall counts.
     pub batching: BatchReport,
+    /// `-app live` only (absent in bulk mode): the broadcast's metrics, by role.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveReport>,
+}
+
+/// The `live` object: the sender's or the receiver's (README.md, "Live mode: the report").
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum LiveReport {
+    Sender(Box<LiveSenderReport>),
+    Receiver(Box<LiveReceiverReport>),
 }
 
 /// The `batching ...` log line (after the glog prefix): the JSON's `batching`, flat.

@@ -15,10 +15,11 @@ use anyhow::Context;
 use bytes::Bytes;
 use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
 
-use crate::cli::Opts;
+use crate::cli::{App, Opts};
 use crate::error::PerfError;
+use crate::live::{LiveConfig, LiveSender};
 use crate::net::{self, SocketSender, Step};
-use crate::report::{self, SenderStats, Summary};
+use crate::report::{self, LiveReport, SenderStats, Summary};
 use crate::rtt::{RttSampler, RttState};
 use crate::udp::UdpIo;
 
@@ -58,6 +59,23 @@ struct Transfer {
 /// them, the event loop feeds them after every datagram.
 type Samplers = Rc<RefCell<HashMap<u64, RttSampler>>>;
 
+/// Live senders of the open connections, by connection index (`-app live`): the handler
+/// feeds them tquic's callbacks, the event loop ticks their encoders.
+type Lives = Rc<RefCell<HashMap<u64, LiveSender>>>;
+
+/// Ticks every live sender; returns the earliest time one wants to be woken.
+fn tick_lives(ep: &mut Endpoint, lives: &Lives) -> Option<Instant> {
+    let now = Instant::now();
+    let mut wake: Option<Instant> = None;
+    for (idx, ls) in lives.borrow_mut().iter_mut() {
+        if let Some(conn) = ep.conn_get_mut(*idx) {
+            let w = ls.tick(conn, now);
+            wake = Some(wake.map_or(w, |x| x.min(w)));
+        }
+    }
+    wake
+}
+
 /// Feeds each open connection's current RTT state to its sampler (after every datagram).
 fn sample_rtts(ep: &mut Endpoint, samplers: &Samplers) {
     for (idx, sampler) in samplers.borrow_mut().iter_mut() {
@@ -74,6 +92,8 @@ struct ServerHandler {
     samplers: Samplers,
     finished: Rc<RefCell<Vec<Summary>>>,
     io: Rc<UdpIo>,
+    lives: Lives,
+    read_buf: Vec<u8>,
 }
 
 impl ServerHandler {
@@ -148,6 +168,7 @@ impl ServerHandler {
             pacing: self.opts.pacing,
             sender,
             batching: self.io.report(),
+            live: None,
         }
     }
 }
@@ -216,6 +237,22 @@ impl TransportHandler for ServerHandler {
 
     fn on_conn_established(&mut self, conn: &mut Connection) {
         let Some(idx) = conn.index() else { return };
+        if self.opts.app == App::Live {
+            let now = Instant::now();
+            if let Some(t) = self.transfers.get_mut(&idx) {
+                t.first_write = Some((now, SystemTime::now()));
+                glog!(
+                    'I',
+                    "new connection from {}, live broadcast abr={}",
+                    t.peer,
+                    self.opts.abr
+                );
+            }
+            let mut ls = LiveSender::new(LiveConfig::from_opts(&self.opts), now);
+            ls.open(conn);
+            self.lives.borrow_mut().insert(idx, ls);
+            return;
+        }
         match conn.stream_uni_new(0, false) {
             Ok(sid) => {
                 if let Some(t) = self.transfers.get_mut(&idx) {
@@ -238,11 +275,35 @@ impl TransportHandler for ServerHandler {
 
     fn on_conn_closed(&mut self, conn: &mut Connection) {
         let Some(idx) = conn.index() else { return };
-        let Some(t) = self.transfers.remove(&idx) else {
+        let Some(mut t) = self.transfers.remove(&idx) else {
             return;
         };
         let rtt = self.samplers.borrow_mut().remove(&idx);
-        let s = self.summary(conn, &t, rtt);
+        let live = self.lives.borrow_mut().remove(&idx);
+        if let Some(ls) = &live {
+            t.bytes_written = ls.counts().app_bytes_sent;
+        }
+        let mut s = self.summary(conn, &t, rtt);
+        if let Some(ls) = live {
+            let (acked, lost) =
+                net::path_stats(conn).map_or((0, 0), |p| (p.acked_bytes, p.lost_bytes));
+            let r = ls.report((s.sender.rtt_mean_ms, s.sender.rtt_samples), acked, lost);
+            glog!(
+                'I',
+                "live broadcast closed abr={} frames_produced={} frames_sent={} frames_dropped={} goodput_fb_kbps={:.1} bitrate_mean_kbps={:.1} bitrate_switches={} app_rtt_mean_ms={} app_rtt_inband_mean_ms={} rtx_overhead={}",
+                r.abr,
+                r.counts.frames_produced,
+                r.counts.frames_sent,
+                r.counts.frames_dropped,
+                r.goodput_fb_kbps,
+                r.bitrate.bitrate_mean_kbps,
+                r.bitrate.bitrate_switches,
+                opt(&r.app_rtt_ms.mean_ms),
+                opt(&r.app_rtt_inband_ms.mean_ms),
+                opt(&r.rtx_overhead),
+            );
+            s.live = Some(LiveReport::Sender(Box::new(r)));
+        }
         glog!('I', "{}", stats_line(&s));
         glog!('I', "{}", report::batching_line(&s.batching));
         self.finished.borrow_mut().push(s);
@@ -251,7 +312,12 @@ impl TransportHandler for ServerHandler {
     fn on_stream_created(&mut self, _conn: &mut Connection, _stream_id: u64) {}
 
     fn on_stream_readable(&mut self, conn: &mut Connection, stream_id: u64) {
-        // Clients send nothing; discard whatever arrives.
+        let mut lives = self.lives.borrow_mut();
+        if let Some(ls) = conn.index().and_then(|i| lives.get_mut(&i)) {
+            ls.on_readable(conn, stream_id, &mut self.read_buf);
+            return;
+        }
+        // Bulk clients send nothing; discard whatever arrives.
         let mut buf = [0u8; 4096];
         while let Ok((n, fin)) = conn.stream_read(stream_id, &mut buf) {
             if n == 0 || fin {
@@ -261,10 +327,22 @@ impl TransportHandler for ServerHandler {
     }
 
     fn on_stream_writable(&mut self, conn: &mut Connection, stream_id: u64) {
+        let mut lives = self.lives.borrow_mut();
+        if let Some(ls) = conn.index().and_then(|i| lives.get_mut(&i)) {
+            let _ = conn.stream_want_write(stream_id, false);
+            ls.on_writable(conn);
+            return;
+        }
+        drop(lives);
         self.fill(conn, stream_id);
     }
 
-    fn on_stream_closed(&mut self, _conn: &mut Connection, _stream_id: u64) {}
+    fn on_stream_closed(&mut self, conn: &mut Connection, stream_id: u64) {
+        let mut lives = self.lives.borrow_mut();
+        if let Some(ls) = conn.index().and_then(|i| lives.get_mut(&i)) {
+            ls.on_stream_closed(stream_id);
+        }
+    }
 
     fn on_new_token(&mut self, _conn: &mut Connection, _token: Vec<u8>) {}
 }
@@ -352,6 +430,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
 
     let finished = Rc::new(RefCell::new(Vec::new()));
     let samplers: Samplers = Rc::default();
+    let lives: Lives = Rc::default();
     let handler = ServerHandler {
         opts: opts.clone(),
         block: Bytes::from(vec![0u8; opts.block_size]),
@@ -359,6 +438,8 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         samplers: samplers.clone(),
         finished: finished.clone(),
         io: io.clone(),
+        lives: lives.clone(),
+        read_buf: vec![0u8; 64 * 1024],
     };
     let sender = Rc::new(SocketSender { io: io.clone() });
     let mut endpoint = Endpoint::new(Box::new(config), true, Box::new(handler), sender.clone());
@@ -396,7 +477,7 @@ pub fn run(opts: &Opts) -> anyhow::Result<()> {
         if stop || (opts.once && served > 0) {
             return Ok(Step::Stop { flush: !stop });
         }
-        Ok(Step::Continue(None))
+        Ok(Step::Continue(tick_lives(ep, &lives)))
     })?;
     Ok(())
 }
