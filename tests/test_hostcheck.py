@@ -119,8 +119,13 @@ def test_a_host_twice_as_costly_admits_half_as_many_trials(tmp_path, monkeypatch
         hr.host_factor()
 
 
-def _host_check(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _host_check(cwd: Path, *args: str, timeout: float = 120,
+                state: Path | None = None) -> subprocess.CompletedProcess:
+    """`latency-divide host-check` in ``cwd``; ``state``: a testbed state directory of the test's
+    own (no boot cache of the host's: the check measures)."""
     env = {k: v for k, v in os.environ.items() if k != hr.FACTOR_ENV}
+    if state is not None:
+        env["LATENCY_DIVIDE_STATE_DIR"] = str(state)
     return subprocess.run([str(CLI), "host-check", "--config",
                            str(ROOT / "config" / "config.yaml"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -135,11 +140,15 @@ def test_a_host_too_late_for_a_link_is_refused_naming_it(tmp_path):
     cfg = load_config(ROOT / "config" / "config.yaml")
     spec = spec_from_config(cfg, get_household(12251, cfg.buckets), "downlink", "cubic", 1)
     pkt = hostfit.packet_time_us(spec.link_plan("netem").shaper("downlink").rate_kbit)
-    line = next(x for x in res.stdout.splitlines() if "household 12251 downlink" in x)
-    assert "wake-up lateness p99 5000 µs" in line and f"packet time {pkt:.0f} µs" in line, line
     assert "docs/remote-testbed.md" in res.stdout and "docs/cluster.md" in res.stdout
+    assert "household 799254 downlink 3.562 Mbit/s: wake-up lateness p99 5000 µs" in res.stdout
+    every = json.loads(_host_check(tmp_path, "--json").stdout)["assessment"]["refusals"]
+    what = next(r["what"] for r in every if (r["household"], r["direction"]) == (12251,
+                                                                               "downlink"))
+    assert "wake-up lateness p99 5000 µs" in what and f"packet time {pkt:.0f} µs" in what, what
+    assert all(r["rate_kbit"] > 2400 for r in every)  # a packet time under 5 ms
     ok = _host_check(tmp_path, "--go-on")
-    assert ok.returncode == 0 and "--go-on" in ok.stderr and "household 12251" in ok.stdout
+    assert ok.returncode == 0 and "--go-on" in ok.stderr and "household 799254" in ok.stdout
 
 
 def test_a_host_without_the_real_time_cores_is_refused(tmp_path):
@@ -163,28 +172,36 @@ def test_a_host_without_the_real_time_cores_is_refused(tmp_path):
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
 def test_the_record_is_written_once_per_boot_and_forced_again(tmp_path):
     """The real probe: the first check measures and writes the record, the second reuses it
-    (same file, same measurement), --force measures again."""
-    first = _host_check(tmp_path, "--seconds", "2", "--go-on")
+    (same file, same measurement), --force measures again; another results tree in the same
+    boot takes this boot's copy without measuring."""
+    state = tmp_path / "state"
+    first = _host_check(tmp_path, "--seconds", "2", "--go-on", state=state)
     assert first.returncode == 0, first.stderr
     path = hr.record_path(tmp_path / "results" / "host")
     rec = json.loads(path.read_text())
     assert rec["schema"] == hr.SCHEMA and rec["boot_id"] == hr.boot_id()
     assert "measured now" in first.stdout
     mtime = path.stat().st_mtime_ns
-    again = _host_check(tmp_path, "--seconds", "2", "--go-on")
+    again = _host_check(tmp_path, "--seconds", "2", "--go-on", state=state)
     assert again.returncode == 0 and "reused" in again.stdout and "probing" not in again.stderr
     assert path.stat().st_mtime_ns == mtime
     assert json.loads(path.read_text())["measured_unix"] == rec["measured_unix"]
-    forced = _host_check(tmp_path, "--seconds", "2", "--go-on", "--force")
+    forced = _host_check(tmp_path, "--seconds", "2", "--go-on", "--force", state=state)
     assert forced.returncode == 0 and "measured now" in forced.stdout
-    assert json.loads(path.read_text())["measured_unix"] > rec["measured_unix"]
+    rec2 = json.loads(path.read_text())
+    assert rec2["measured_unix"] > rec["measured_unix"]
+    other = tmp_path / "other"
+    other.mkdir()
+    copy = _host_check(other, "--seconds", "2", "--go-on", state=state)
+    assert copy.returncode == 0 and "probing" not in copy.stderr, copy.stderr
+    assert json.loads(hr.record_path(other / "results" / "host").read_text()) == rec2
 
 
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
 def test_host_check_on_this_host_end_to_end(tmp_path):
     """`latency-divide host-check --seconds 5` on this host, the real probe, under 30 s."""
     t0 = time.monotonic()
-    res = _host_check(tmp_path, "--seconds", "5", "--json")
+    res = _host_check(tmp_path, "--seconds", "5", "--json", "--force", state=tmp_path / "state")
     wall = time.monotonic() - t0
     assert res.returncode in (0, EXIT_REFUSED), res.stderr
     assert wall < 30, wall

@@ -7,8 +7,11 @@ ping-pong wake-ups on one core and across cores; the hypervisor's steal) with gu
 held as trials hold it (testbed.haltpoll), adds the kernel features the testbed uses (netem:
 testbed.netns.netem_available, its per-boot probe; threaded NAPI), the real-time share, the CPU
 model, kernel, cores, boot id and hostname, and writes ``results/host/<hostname>-<boot8>.json``
-(testbed.hostrecord; temp file, then rename). The record is reused for the same host and boot
-unless forced; concurrent checks (a Slurm node's first trial jobs) measure once, under a lock.
+(testbed.hostrecord; temp file, then rename), with a copy in the testbed's per-boot state
+directory (:func:`boot_cache`) so that another results tree on the host in the same boot (a
+test's workflow copy, a second clone) takes it without measuring. The record is reused for the
+same host and boot unless forced; concurrent checks (a Slurm node's first trial jobs) measure
+once, under a lock.
 What it means (ops.hostfit): the cost factor, the real-time capacity, the fastest link held
 alone, about how many trials at once, the sweep's wall time, and the links it cannot hold.
 
@@ -41,6 +44,8 @@ PROBE_DEFAULT_S = 20.0
 PROBE_MAX_S = 50.0
 CHECK_ENV = "LATENCY_DIVIDE_HOST_CHECK"
 CHECK_CHOICES = ("", "force", "skip", "go-on")
+#: The links a refusal names in the report (all of them in --json).
+REPORT_LINKS = 12
 #: The exit status of a refusal (the host cannot hold the config's links even alone).
 EXIT_REFUSED = 3
 RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
@@ -154,23 +159,49 @@ def host_record(force: bool = False, seconds: float = PROBE_DEFAULT_S,
                 log=None) -> tuple[Path, dict, bool]:
     """This host's record of this boot: (path, record, measured now?). Reused unless ``force``."""
     path = hr.record_path(records)
+    cached = boot_cache() / path.name
     with _locked(path):
         cur = None if force else hr.current_record(records)
         if cur is not None:
             return cur[0], cur[1], False
+        rec = None if force else _cached(cached)
+        if rec is not None:  # measured in this boot for another results tree: the same host
+            write_json_atomic(path, rec)
+            return path, rec, False
         if log:
             log(f"[latency-divide] host check: probing this host for {seconds:g} s "
                 f"({' '.join(probe_argv(seconds, binary))})")
         rec = measure(seconds, binary)
         write_json_atomic(path, rec)
+        write_json_atomic(cached, rec)
     return path, rec, True
+
+
+def boot_cache() -> Path:
+    """This boot's copy of the record, for every results tree on this host (the testbed's state
+    directory, /run/latency-divide: gone at the next boot)."""
+    from latency_divide.testbed.netns import STATE_DIR
+
+    return STATE_DIR / "host"
+
+
+def _cached(p: Path) -> dict | None:
+    try:
+        rec = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = (isinstance(rec, dict) and rec.get("schema") == hr.SCHEMA
+          and rec.get("boot_id") == hr.boot_id() and rec.get("hostname") == hr.hostname())
+    return rec if ok else None
 
 
 def report(a: hostfit.Assessment, path: Path, rec: dict, measured: bool,
            n_trials: int) -> list[str]:
     """What the check prints: the host, the prediction, each link it cannot hold."""
     p = rec["probe"]
-    late = {row["gap_us"]: row["late_us"]["p99"] for row in p["timer"]}
+    late: dict = {}  # the worst CPU's p99 per gap
+    for row in p["timer"]:
+        late[row["gap_us"]] = max(late.get(row["gap_us"], 0.0), row["late_us"]["p99"])
     feats = rec.get("features", {})
     lines = [
         f"host {rec['hostname']} ({rec.get('cpu_model')}, {rec['cores']} cores, kernel "
@@ -179,13 +210,14 @@ def report(a: hostfit.Assessment, path: Path, rec: dict, measured: bool,
         f"  timer wake-up {rec['wake_cpu_us']:.1f} µs of CPU (fitted host "
         f"{rec['reference']['wake_cpu_us']:.2f}, {rec['reference']['source']}): cost factor "
         f"{a.factor:.2f} ({a.factor_source})",
-        "  wake-up lateness p99 by gap: " + ", ".join(
+        "  wake-up lateness p99 by gap (worst CPU): " + ", ".join(
             f"{g:g} µs: {v:.0f} µs" for g, v in sorted(late.items())) +
         f"; steal {float(rec.get('steal_pct') or 0):.2f} %",
         f"  netem {feats.get('netem')}, threaded NAPI {feats.get('threaded_napi')}, guest halt "
         f"polling {feats.get('halt_poll_ns')} ns (host's own {feats.get('host_halt_poll_ns')})",
         f"  real-time capacity {a.capacity_cores:.2f} cores; fastest link held alone about "
-        f"{a.fastest_mbit:.0f} Mbit/s (bound by {a.fastest_why})",
+        f"{a.fastest_mbit:.0f} Mbit/s (bound by {a.fastest_why}; by the real-time cores alone "
+        f"{a.fastest_by_rt_mbit:.0f})",
         f"  this config: {n_trials} trials, about {a.at_once} at once under the budget "
         f"host_load={a.budget}; expected wall time of the trials {a.wall_s / 60:.1f} min (their "
         f"CPU over the budget's cores: {a.cpu_floor_s / 60:.1f} min)",
@@ -194,7 +226,10 @@ def report(a: hostfit.Assessment, path: Path, rec: dict, measured: bool,
         lines.append(f"  this host cannot hold {len(a.refusals)} of the config's links even one "
                      "at a time:")
         lines += [f"    household {r.household} {r.direction} {r.rate_kbit / 1000:g} Mbit/s: "
-                  f"{r.what}" for r in a.refusals]
+                  f"{r.what}" for r in a.refusals[:REPORT_LINKS]]
+        if len(a.refusals) > REPORT_LINKS:
+            lines.append(f"    ... and {len(a.refusals) - REPORT_LINKS} more (--json lists "
+                         "every one)")
         lines.append("  what to do: " + "; ".join(hostfit.REMEDIES))
     return lines
 
