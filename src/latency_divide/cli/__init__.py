@@ -19,6 +19,8 @@ from latency_divide.cli.analysis import (
     _copa_rtt_args,
     _percentiles,
     _percentiles_args,
+    _rejudge,
+    _rejudge_args,
     _summarize,
     _summarize_args,
     _trace,
@@ -74,6 +76,8 @@ COMMANDS: dict[str, Command] = {
     "percentiles": Command("a population run's percentile table beside Facebook's production "
                            "numbers (Markdown)", _percentiles_args, _percentiles),
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
+    "rejudge": Command("list the trials whose health verdict changes under today's bounds "
+                       "(in the link's own units)", _rejudge_args, _rejudge),
     "verify": Command("check raw data against dvc.lock (missing or corrupted files)",
                       _verify_args, _verify),
     "migrate": Command("move format-1 trials into the definition layout", _migrate_args,

@@ -120,3 +120,50 @@ def _percentiles(args) -> int:
         raise ConfigError(f"--tool: {e}") from None
     print(to_markdown(df))
     return 0
+
+
+def _rejudge_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("raw", nargs="?", type=Path, default=Path("results/raw"),
+                   help="a raw-data tree (default results/raw: the published data after "
+                   "`dvc pull`)")
+    p.add_argument("--json", action="store_true", help="one JSON object per changed trial")
+
+
+def _rejudge(args) -> int:
+    """Every trial whose health verdict differs under today's bounds (trial.health) from the
+    one it recorded when measured; the analysis judges by today's (issue 57)."""
+    from latency_divide.trial import rawio
+    from latency_divide.trial.health import rejudge
+    from latency_divide.trial.packs import every_trial
+
+    if not args.raw.is_dir():
+        raise ConfigError(f"{args.raw}: no such directory (a raw-data tree: `dvc pull` fetches "
+                          "the published one into results/raw)")
+    n = judged = 0
+    changed = []
+    for d in every_trial(args.raw):
+        n += 1
+        meta = json.loads(rawio.read_text(d, "meta.json"))
+        now = rejudge(meta)
+        if now is None:
+            continue
+        judged += 1
+        was = meta["health"].get("verdict")
+        if now["verdict"] != was:
+            changed.append({"trial": str(d.relative_to(args.raw)), "recorded": was,
+                            "today": now["verdict"], "capacity_kbps": meta.get("capacity_kbps"),
+                            "packet_time_us": now["packet_time_us"],
+                            "reasons_recorded": meta["health"].get("reasons", []),
+                            "reasons_today": now["reasons"]})
+    for c in changed:
+        if args.json:
+            print(json.dumps(c))
+        else:
+            print(f"{c['trial']}: {c['recorded']} -> {c['today']} ({c['capacity_kbps']} kbit/s, "
+                  f"a packet every {c['packet_time_us']:g} µs; recorded: "
+                  f"{'; '.join(c['reasons_recorded']) or '-'}; today: "
+                  f"{'; '.join(c['reasons_today']) or '-'})")
+    if not args.json:
+        print(f"{n} trials, {judged} with health numbers: {len(changed)} verdict(s) change "
+              "under today's bounds")
+    return 0
