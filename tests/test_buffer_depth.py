@@ -29,7 +29,8 @@ from latency_divide.trial.sweep import alone_args, spec_from_config, trial_ids
 
 Q500 = "queue-500ms"
 DEPTHS = (100, 200, 500, 1000)
-ALLOWED = "allowed: qfactor, mba-2014, queue-<N>ms with N in 1..5000"
+ALLOWED = ("allowed: qfactor, mba-2014, queue-<N>ms with N in 1..5000, "
+           "policed-<N>ms with N in 1..5000 (the burst, ms at the rate)")
 #: The population run's definition ids (config/population.yaml; tests/test_buffers.py).
 POPULATION = {"def-2098d16836", "def-524b6d2173", "def-a6a857dd01", "def-fa76ccbc06"}
 

@@ -53,6 +53,12 @@ sweep"). Each direction's FIFO holds N ms of queue at the household's own rate,
 every technology, SATELLITE included: no technology or data is looked up, and neither the RTT
 nor ``qfactor`` enters. The name is canonical (``queue-0500ms`` is refused), because a trial
 definition records it and its id hashes it: one depth has one name and so one definition.
+
+``policed-<N>ms`` (N 1 to 5000): no FIFO model at all but a policer (links.policer): each
+direction's queue is replaced by a token bucket at the household's rate holding N ms of it,
+which drops what exceeds the rate instead of queueing it; :func:`buffer` gives the gateway's
+FIFO of that mode (the bucket plus the floor of frames, at the veth's speed: it never holds
+delay), :func:`queue_ms` 0.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from pathlib import Path
 from typing import Mapping
 
 from latency_divide.errors import ConfigError
+from latency_divide.links import policer
 from latency_divide.paths import CHECKOUT
 from latency_divide.vocab import DIRECTIONS
 
@@ -118,7 +125,7 @@ FIXED_FORM = f"queue-<N>ms with N in {FIXED_MIN_MS}..{FIXED_MAX_MS}"
 _FIXED_NAME = re.compile(r"queue-([1-9][0-9]*)ms")
 
 #: What a model name may be, as the errors say it.
-ALLOWED = f"{', '.join(MODELS)}, {FIXED_FORM}"
+ALLOWED = f"{', '.join(MODELS)}, {FIXED_FORM}, {policer.FORM}"
 
 
 def fixed_ms(name) -> int | None:
@@ -132,7 +139,8 @@ def fixed_ms(name) -> int | None:
 
 def check_model(name, key: str = "buffer model") -> str:
     """``name`` if it is a model's name, else ConfigError naming it and the allowed ones."""
-    if not (isinstance(name, str) and name in MODELS) and fixed_ms(name) is None:
+    if (not (isinstance(name, str) and name in MODELS) and fixed_ms(name) is None
+            and policer.burst_ms(name) is None):
         raise ConfigError(f"{key} = {name!r}: not a buffer model; allowed: {ALLOWED}")
     return name
 
@@ -198,6 +206,8 @@ def queue_ms(model_name: str, technology: str, direction: str,
     fixed = fixed_ms(model_name)
     if fixed is not None:
         return float(fixed)
+    if policer.burst_ms(model_name) is not None:
+        return 0.0  # a policer holds no queue
     model = MODELS[model_name]
     if model is None:
         return None
@@ -245,6 +255,14 @@ def buffer(model_name: str, direction: str, rate_kbit: int, rtt_ms: float, qfact
             raise ConfigError(f"direction {direction!r} must be one of {', '.join(DIRECTIONS)}")
         return _delay_buffer(model_name, float(fixed), rate_kbit,
                              f"fixed {fixed} ms of queue at the link's rate")
+    burst_ms = policer.burst_ms(model_name)
+    if burst_ms is not None:
+        burst, floored = policer.burst_bytes(burst_ms, rate_kbit)
+        q = burst + MIN_QUEUE_BYTES  # so nothing the policer admits is dropped here
+        return Buffer(model_name, q / 125, q, 0.0,
+                      f"policed: a {burst}-byte token bucket ({burst_ms} ms at the rate"
+                      f"{', raised to the floor' if floored else ''}) drops what exceeds the "
+                      "rate; no shaper, the FIFO passes what it admits at line speed", floored)
     model = MODELS[model_name]
     if model is None:
         return qfactor_buffer(qfactor, rtt_ms, rate_kbit)

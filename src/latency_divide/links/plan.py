@@ -16,6 +16,13 @@ A plan under the default model is exactly what it always was (its ``to_dict`` ha
 keys); one under another model records ``buffer_model`` and, per direction, ``buffer`` (its
 delay and source).
 
+Under a policed model (``policed-<N>ms``, links.policer) each direction's shaper is replaced by
+a token-bucket policer at its rate: the gateway's egress gets a root bfifo only (no htb), and
+the policer runs either in the kernel (``kernel``: a police action on that egress) or in our
+delay line (``delayline``: ``--police-ab``/``--police-ba`` on its argv). The plan records each
+direction's ``policer`` (rate, burst, implementation); plans under every other model are
+unchanged.
+
 Two facts about ``tc`` (iproute2 6.1, checked on kernel 6.18 by building the qdiscs in a
 namespace and reading back ``tc -j qdisc show``; tests/test_linkplan.py repeats the check):
 
@@ -45,7 +52,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +59,8 @@ from typing import TYPE_CHECKING
 from latency_divide import limits
 from latency_divide.errors import ConfigError
 from latency_divide.links import buffers
+from latency_divide.links import policer as policing
+from latency_divide.links.shellscript import fmt_ms, render_shell
 from latency_divide.vocab import DELAY_MECHANISMS, DIRECTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,12 +112,7 @@ def _dev(dev: str) -> str:
     return dev if dev == _PLACEHOLDER else check_ifname(dev)
 
 
-def _fmt_ms(ms: float) -> str:
-    """Milliseconds for tc/delayline: up to 6 decimals (1 ns; RTTs have half microseconds,
-    so rtt/2 needs 4), no trailing zeros. Both tc (iproute2 >= 5.x) and delayline read
-    fractional milliseconds to the nanosecond."""
-    text = f"{ms:.6f}".rstrip("0").rstrip(".")
-    return text or "0"
+_fmt_ms = fmt_ms  # milliseconds as tc and the delay line read them (links.shellscript)
 
 
 def htb_r2q(rate_kbit: int) -> tuple[int, int | None]:
@@ -133,6 +136,8 @@ class ShaperPlan:
     queue_bytes: int  # floor(q * 125)
     #: the buffer model's FIFO (links.buffers), None under the default qfactor x BDP
     buffer: buffers.Buffer | None = None
+    #: a policed model's policer (links.policer): no htb, a root bfifo of ``queue_bytes``
+    policer: policing.Policer | None = None
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -143,6 +148,10 @@ class ShaperPlan:
             raise ConfigError(
                 f"{self.direction} queue {self.queue_kbit!r} kbit ({self.queue_bytes} bytes) must be > 0"
             )
+        p = self.policer
+        if p is not None and (p.direction, p.rate_kbit) != (self.direction, self.rate_kbit):
+            raise ConfigError(f"{self.direction} policer is for {p.direction} at {p.rate_kbit} "
+                              f"kbit/s, not {self.rate_kbit}")
 
     @property
     def r2q(self) -> int:
@@ -154,6 +163,12 @@ class ShaperPlan:
 
     def commands(self, dev: str) -> list[list[str]]:
         dev = _dev(dev)
+        if self.policer is not None:  # no shaper: a root FIFO, behind the kernel's policer
+            fifo = [["tc", "qdisc", "replace", "dev", dev, "root", "handle", BFIFO_HANDLE,
+                     "bfifo", "limit", f"{self.queue_bytes}b"]]
+            if self.policer.implementation == "kernel":
+                return fifo + self.policer.kernel_commands(dev)
+            return fifo
         klass = ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", HTB_CLASS, "htb",
                  "rate", f"{self.rate_kbit}kbit"]
         if self.class_quantum_bytes is not None:
@@ -167,8 +182,12 @@ class ShaperPlan:
         ]
 
     def reset_commands(self, dev: str) -> list[list[str]]:
-        """Remove the root qdisc (before re-applying a plan; fails harmlessly if none)."""
-        return [["tc", "qdisc", "del", "dev", _dev(dev), "root"]]
+        """Remove the root qdisc, and a kernel policer's clsact (before re-applying a plan;
+        each fails harmlessly if absent)."""
+        dev = _dev(dev)
+        clsact = ([["tc", "qdisc", "del", "dev", dev, "clsact"]]
+                  if self.policer is not None and self.policer.implementation == "kernel" else [])
+        return [["tc", "qdisc", "del", "dev", dev, "root"], *clsact]
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,10 @@ class DelayPlan:
     one_way_ms: float  # rtt_ms / 2
     mechanism: str  # "netem" | "delayline"
     limit_packets: int = 50000
+    #: the delay line's policers (links.policer.Policer.delayline_arg, ``RATE_BPS:BURST_BYTES``)
+    #: a->b (gateway to client: downlink) and b->a (uplink); None: not policed there
+    police_ab: str | None = None
+    police_ba: str | None = None
 
     def __post_init__(self):
         if self.mechanism not in DELAY_MECHANISMS:
@@ -186,6 +209,9 @@ class DelayPlan:
             raise ConfigError(f"one-way delay {self.one_way_ms!r} ms must be > 0")
         if isinstance(self.limit_packets, bool) or not isinstance(self.limit_packets, int) or self.limit_packets < 1:
             raise ConfigError(f"delay limit {self.limit_packets!r} packets must be an integer >= 1")
+        if (self.police_ab or self.police_ba) and self.mechanism != "delayline":
+            raise ConfigError(f"the delay line's policer needs the delayline delay mechanism, "
+                              f"not {self.mechanism!r}")
 
     def commands(self, dev: str) -> list[list[str]]:
         """netem: the tc command for that interface; delayline: [] (it is a process)."""
@@ -196,8 +222,11 @@ class DelayPlan:
                  "delay", f"{_fmt_ms(self.one_way_ms)}ms", "limit", str(self.limit_packets)]]
 
     def delayline_argv(self, dev_a: str, dev_b: str, binary: str = "delayline") -> list[str]:
+        police = [*(["--police-ab", self.police_ab] if self.police_ab else []),
+                  *(["--police-ba", self.police_ba] if self.police_ba else [])]
         return [binary, "--iface-a", _dev(dev_a), "--iface-b", _dev(dev_b),
-                "--delay-ms", _fmt_ms(self.one_way_ms), "--limit", str(self.limit_packets)]
+                "--delay-ms", _fmt_ms(self.one_way_ms), "--limit", str(self.limit_packets),
+                *police]
 
 
 @dataclass(frozen=True)
@@ -227,6 +256,7 @@ class LinkPlan:
                 "queue_bytes": s.queue_bytes,
                 **({"buffer": {"model": b.model, "queue_ms": b.queue_ms, "source": b.source,
                                "floored": b.floored}} if b is not None else {}),
+                **({"policer": s.policer.to_dict()} if s.policer is not None else {}),
                 "r2q": s.r2q,
                 "class_quantum_bytes": s.class_quantum_bytes,
                 "commands": s.commands(_PLACEHOLDER),
@@ -253,99 +283,48 @@ class LinkPlan:
         }
 
     def render_shell(self) -> str:
-        """A script to apply the plan by hand on a four-node testbed like the paper's.
-
-        Interfaces are found with ``ip route get <peer>`` unless given as environment
-        variables (GW_TO_SERVER, GW_TO_CLIENT, DELAY_TO_GW, DELAY_TO_CLIENT).
-        """
-        q = shlex.quote
-        up, down, d = self.uplink, self.downlink, self.delay
-        lines = [
-            "#!/bin/sh",
-            f"# Link plan for household {self.household_id} (latency-divide)",
-            f"# rtt {self.rtt_ms:g} ms, qfactor {self.qfactor:g}"
-            + (f", buffer model {self.buffer_model}"
-               if self.buffer_model != buffers.DEFAULT_MODEL else "")
-            + (" (qfactor not used)" if buffers.fixed_ms(self.buffer_model) else ""),
-            "# Topology: server (10.10.1.1) --- gateway --- delay --- client (10.10.2.2)",
-            "# Run the part for each node on that node, as root.",
-            "set -eu",
-            'SERVER="${SERVER:-10.10.1.1}"',
-            'CLIENT="${CLIENT:-10.10.2.2}"',
-            "",
-            'ifto() { ip route get "$1" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\' | head -n 1; }',
-            "",
-            'if [ "${1:-}" = gateway ]; then',
-        ]
-        for s, var, peer in ((up, "GW_TO_SERVER", "$SERVER"), (down, "GW_TO_CLIENT", "$CLIENT")):
-            if s.buffer is None or s.buffer.queue_ms is None:
-                queue = (f"queue q = {self.qfactor:g} * {self.rtt_ms:g} ms * {s.rate_kbit} kbit/s"
-                         f" / 1000 = {s.queue_kbit:.4f} kbit = {s.queue_bytes} bytes")
-            else:
-                floor = " (raised to the floor)" if s.buffer.floored else ""
-                queue = (f"queue {s.buffer.queue_ms:g} ms * {s.rate_kbit} kbit/s / 8 ="
-                         f" {s.queue_bytes} bytes{floor}")
-            lines += [
-                f"  # {s.direction}: {s.rate_kbit} kbit/s; {queue}",
-                *([f"  # buffer model {s.buffer.model}: {s.buffer.source}"] if s.buffer else []),
-                f"  # (limit in bytes: tc would read 'kbit' sizes as 128 bytes); r2q {s.r2q}"
-                " keeps htb's quantum in [1514, 200000] bytes",
-                f'  {var}="${{{var}:-$(ifto "{peer}")}}"',
-                f'  tc qdisc del dev "${var}" root 2>/dev/null || true',
-            ]
-            for argv in s.commands(_PLACEHOLDER):
-                lines.append("  " + " ".join(f'"${var}"' if a == _PLACEHOLDER else q(a) for a in argv))
-        lines += ['elif [ "${1:-}" = delay ]; then',
-                  f"  # propagation delay: rtt / 2 = {self.rtt_ms:g} / 2 = {_fmt_ms(d.one_way_ms)} ms each way"]
-        lines += [
-            '  DELAY_TO_GW="${DELAY_TO_GW:-$(ifto "$SERVER")}"',
-            '  DELAY_TO_CLIENT="${DELAY_TO_CLIENT:-$(ifto "$CLIENT")}"',
-        ]
-        if d.mechanism == "netem":
-            for var in ("DELAY_TO_GW", "DELAY_TO_CLIENT"):
-                lines.append(f'  tc qdisc del dev "${var}" root 2>/dev/null || true')
-                for argv in d.commands(_PLACEHOLDER):
-                    lines.append("  " + " ".join(f'"${var}"' if a == _PLACEHOLDER else q(a) for a in argv))
-        else:
-            lines.append("  # userspace delay line; needs checksum offloads off on both interfaces")
-            lines.append('  for i in "$DELAY_TO_GW" "$DELAY_TO_CLIENT"; do'
-                         ' ethtool -K "$i" tx off rx off tso off gso off gro off; done')
-            argv = d.delayline_argv("ldA", "ldB")
-            words = [q(a) for a in argv]
-            words[argv.index("ldA")] = '"$DELAY_TO_GW"'
-            words[argv.index("ldB")] = '"$DELAY_TO_CLIENT"'
-            words[0] = '"${DELAYLINE:-delayline}"'
-            lines.append("  exec " + " ".join(words))
-        lines += [
-            "else",
-            '  echo "usage: $0 gateway|delay" >&2',
-            "  exit 2",
-            "fi",
-            "",
-        ]
-        return "\n".join(lines)
+        """A script to apply the plan by hand on a four-node testbed like the paper's
+        (links.shellscript)."""
+        return render_shell(self)
 
 
 def make_linkplan(household: "Household", qfactor: float = 2.0, mechanism: str = "netem",
-                  buffer_model: str = buffers.DEFAULT_MODEL) -> LinkPlan:
+                  buffer_model: str = buffers.DEFAULT_MODEL,
+                  policer_impl: str | None = None) -> LinkPlan:
     """The paper's link configuration for a household (its FIFOs from ``buffer_model``)."""
     return link_plan(household.upload_kbps, household.download_kbps, household.rtt_ms, qfactor,
                      mechanism, household_id=household.unit_id, buffer_model=buffer_model,
-                     technology=household.technology)
+                     technology=household.technology, policer_impl=policer_impl)
+
+
+def policer_for(mechanism: str, policer_impl: str | None = None) -> str:
+    """Where a policed plan's policers run: ``policer_impl`` as the testbed chose it
+    (testbed.delay.choose_policer), else our delay line where it runs anyway and the kernel's
+    police action where the delay is netem (what a kernel with netem has). The delay line's
+    policer needs the delay line: ConfigError otherwise."""
+    impl = policing.check_implementation(
+        policer_impl or ("delayline" if mechanism == "delayline" else "kernel"))
+    if impl == "delayline" and mechanism != "delayline":
+        raise ConfigError(f"the delay line's policer needs the delayline delay mechanism, not "
+                          f"{mechanism!r}")
+    return impl
 
 
 def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: float = 2.0,
               mechanism: str = "netem", household_id: int = 0,
               buffer_model: str = buffers.DEFAULT_MODEL,
-              technology: str | None = None) -> LinkPlan:
+              technology: str | None = None, policer_impl: str | None = None) -> LinkPlan:
     """The paper's link configuration for any rates and RTT (``household_id`` 0 for a link
     that is not a household's, e.g. in benchmarks). A measured ``buffer_model`` needs the
-    data set's ``technology``; ConfigError names an unknown model or technology."""
+    data set's ``technology``; a policed one (``policed-<N>ms``) polices each direction where
+    :func:`policer_for` says. ConfigError names an unknown model or technology."""
     limits.check("qfactor", qfactor)
     buffers.check_model(buffer_model)
     rtt_ms = float(rtt_ms)
     if not rtt_ms > 0 or not math.isfinite(rtt_ms):
         raise ConfigError(f"household {household_id}: RTT {rtt_ms!r} ms must be > 0")
+    policed = policing.burst_ms(buffer_model) is not None
+    impl = policer_for(mechanism, policer_impl) if policed else None
 
     def shaper(direction: str, rate_kbit: int) -> ShaperPlan:
         if isinstance(rate_kbit, bool) or not isinstance(rate_kbit, int) or rate_kbit <= 0:
@@ -354,16 +333,21 @@ def link_plan(upload_kbit: int, download_kbit: int, rtt_ms: float, qfactor: floa
             )
         b = buffers.buffer(buffer_model, direction, rate_kbit, rtt_ms, qfactor, technology,
                            household_id)
+        p = policing.policer(buffer_model, direction, rate_kbit, impl) if policed else None
         return ShaperPlan(direction, rate_kbit, b.queue_kbit, b.queue_bytes,
-                          b if buffer_model != buffers.DEFAULT_MODEL else None)
+                          b if buffer_model != buffers.DEFAULT_MODEL else None, p)
 
+    up, down = shaper("uplink", upload_kbit), shaper("downlink", download_kbit)
+    ours = impl == "delayline"  # the delay line's a->b is the downlink, b->a the uplink
     return LinkPlan(
         household_id=int(household_id),
         qfactor=float(qfactor),
         rtt_ms=rtt_ms,
-        uplink=shaper("uplink", upload_kbit),
-        downlink=shaper("downlink", download_kbit),
-        delay=DelayPlan(one_way_ms=rtt_ms / 2, mechanism=mechanism),
+        uplink=up,
+        downlink=down,
+        delay=DelayPlan(one_way_ms=rtt_ms / 2, mechanism=mechanism,
+                        police_ab=down.policer.delayline_arg() if ours else None,
+                        police_ba=up.policer.delayline_arg() if ours else None),
         buffer_model=buffer_model,
     )
 

@@ -25,13 +25,15 @@ from latency_divide.testbed.base import (
     local_tool,
     tool_facts,
 )
-from latency_divide.testbed.delay import choose_mechanism
+from latency_divide.links.policer import burst_ms
+from latency_divide.testbed.delay import choose_mechanism, choose_policer
 from latency_divide.testbed.netns import (
     ADDRS,
     DELAY_PORTS,
     GATEWAY_EGRESS,
     netem_available,
     new_tag,
+    police_available,
     ns_name,
     remove_namespaces,
     run_grouped,
@@ -107,7 +109,11 @@ class LocalTestbed:
         mechanism = resolve_delay_mechanism(spec.delay)
         delayline = (local_delayline("this kernel has no netem")
                      if mechanism == "delayline" else None)
+        # a policed link: the kernel's police action where it has one, else our delay line's
+        policer = (choose_policer(police_available, mechanism)
+                   if burst_ms(spec.buffer_model) is not None else None)
         return {"binary": str(binary), **tool_facts(spec, binary), "mechanism": mechanism,
+                **({"policer": policer} if policer else {}),
                 "delayline": str(delayline) if delayline else None,
                 "offloads": "ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on every veth end"}
 

@@ -32,7 +32,7 @@ from latency_divide import PREFIX
 from latency_divide.errors import CommandError
 from latency_divide.fsio import write_json_atomic
 from latency_divide.testbed.base import BRIDGE, OFFLOAD_ARGS, link_steps
-from latency_divide.testbed.delay import probe_netem
+from latency_divide.testbed.delay import probe_netem, probe_police
 from latency_divide.testbed.runners import BATCH_PROGRAMS, LocalRunner, pid_alive
 from latency_divide.vocab import DELAY_MECHANISMS, ROLES
 
@@ -247,6 +247,42 @@ def netem_available() -> bool:
             record.unlink(missing_ok=True)
         write_json_atomic(netem_cache(), {"key": key, "netem": _NETEM_PROBE})
     return _NETEM_PROBE
+
+
+_POLICE_PROBE: bool | None = None
+
+
+def police_cache() -> Path:
+    """This boot's answer to the police-action probe (valid as :func:`netem_cache`'s)."""
+    return STATE_DIR / "probes" / "police.json"
+
+
+def police_available() -> bool:
+    """Ask this kernel whether it has the police action (testbed.delay.probe_police), in a
+    throwaway namespace of ours, once per boot, and keep the answer (:func:`police_cache`) as
+    :func:`netem_available` does."""
+    global _POLICE_PROBE
+    key = _netem_cache_key()
+    if _POLICE_PROBE is None:
+        try:
+            rec = json.loads(police_cache().read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            rec = None
+        if (isinstance(rec, dict) and rec.get("key") == key and key["boot_id"] is not None
+                and isinstance(rec.get("police"), bool)):
+            _POLICE_PROBE = rec["police"]
+    if _POLICE_PROBE is None:
+        tag = new_tag()
+        ns = ns_name(tag, "gw")  # a role name, so `clean` recognises a leftover probe
+        record = write_owner_record(tag, [ns])
+        try:
+            LocalRunner().run(["ip", "netns", "add", ns])
+            _POLICE_PROBE = probe_police(LocalRunner(ns))
+        finally:
+            LocalRunner().run(["ip", "netns", "del", ns], check=False)
+            record.unlink(missing_ok=True)
+        write_json_atomic(police_cache(), {"key": key, "police": _POLICE_PROBE})
+    return _POLICE_PROBE
 
 
 #: Where ``ip netns`` keeps its named namespaces (one bind-mounted file each).

@@ -156,7 +156,7 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
 
 
 def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dict:
-    plan = spec.link_plan(found["mechanism"])  # its qfactor or measured buffer model
+    plan = spec.link_plan(found["mechanism"], found.get("policer"))  # its buffer model
     binary = found["binary"]
     ep = endpoints(spec.direction)
     concurrency = spec.concurrency_hint or live_topologies() + 1

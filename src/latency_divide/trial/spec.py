@@ -110,13 +110,14 @@ class TrialSpec:
     def definition_id(self, testbed_kind: str = "local") -> str:
         return definition.definition_id(self.definition(testbed_kind))
 
-    def link_plan(self, mechanism: str):
+    def link_plan(self, mechanism: str, policer: str | None = None):
         """The trial's link plan (links.plan): the household's, with the spec's qfactor and
-        buffer model, and the delay ``mechanism`` the testbed resolved."""
+        buffer model, and the delay ``mechanism`` (and, for a policed model, the ``policer``
+        implementation) the testbed resolved."""
         from latency_divide.links.plan import make_linkplan
 
         return make_linkplan(self.household, qfactor=self.qfactor, mechanism=mechanism,
-                             buffer_model=self.buffer_model)
+                             buffer_model=self.buffer_model, policer_impl=policer)
 
 
 def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str,
