@@ -49,6 +49,7 @@ from latency_divide.ops.admission import beyond_cores
 from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
 from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
 from latency_divide.trial import rawio
+from latency_divide.trial.health import rejudge
 from latency_divide.trial.instrument import generation_of
 from latency_divide.trial.layout import QLOG_SUMMARY, SENDER_JSON, SENDER_LOG, SETUP_JSON
 
@@ -193,7 +194,10 @@ def trial_row(trial: Trial) -> dict:
     loss = sender_loss_pct_of(path)
     row["sender_loss_pct"] = math.nan if loss is None else loss
     health = meta.get("health") if isinstance(meta.get("health"), dict) else {}
-    row["health_verdict"] = str(health.get("verdict", "unknown"))
+    # judged by today's bounds, in the link's own units (trial.health, issue 57), not by those
+    # in force when it was measured (`latency-divide rejudge` lists where the two differ)
+    today = rejudge(meta)
+    row["health_verdict"] = str((today or health).get("verdict", "unknown"))
     for k in HEALTH_COLUMNS:
         v = health.get(k)
         row[k] = float(v) if v is not None else math.nan

@@ -66,6 +66,7 @@ CODE_MODULES = (
     "latency_divide.parsers.tool",
     "latency_divide.paths",
     "latency_divide.testbed",
+    "latency_divide.testbed.hostrecord",
     "latency_divide.testbed.rxnapi",
     "latency_divide.trial",
     "latency_divide.trial.definition",

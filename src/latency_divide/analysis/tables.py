@@ -45,6 +45,7 @@ from latency_divide.analysis.schemas import (
     write_versioned,
 )
 from latency_divide.errors import LatencyDivideError
+from latency_divide.trial.health import rejudge
 from latency_divide.trial.layout import TrialPath, parse_trial_path
 
 
@@ -140,7 +141,7 @@ def _parse(d: Path | str):
         if row["health_verdict"] == "fail":
             # the emulation did not hold while it measured (trial.health): its numbers are the
             # host's, not the link's; listed with the broken bounds, never averaged in
-            reasons = "; ".join(trial.meta.get("health", {}).get("reasons", []))
+            reasons = "; ".join((rejudge(trial.meta) or {}).get("reasons", []))
             raise TrialInvalid(trial.path, f"emulation health failed: {reasons}")
         why = beyond_host_of(trial)
         if why:  # the timing held, but the host, not the link, may have limited it
