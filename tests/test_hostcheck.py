@@ -268,3 +268,37 @@ def test_runs_that_measure_no_trial_do_not_check_the_host(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert (wf / target).exists() and "host check" not in res.stderr
 
+
+
+def _stalls_cli() -> bool:
+    res = subprocess.run([str(CLI), "stalls", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    return res.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
+def test_a_noisy_host_is_worse_and_named(tmp_path):
+    """With the stall injector at ten times its default duty (`latency-divide stalls --duty
+    0.15`), the check's lateness is worse than without it, and it names links of
+    config/config.yaml it cannot hold (exit 3)."""
+    if not _stalls_cli():
+        pytest.skip("`latency-divide stalls` (the stall injector's command) is not there yet")
+    quiet = _host_check(tmp_path, "--seconds", "10", "--force", "--json", state=tmp_path / "s")
+    noisy = subprocess.run(
+        [str(CLI), "stalls", "--duty", "0.15", "--", str(CLI), "host-check", "--config",
+         str(ROOT / "config" / "config.yaml"), "--seconds", "10", "--force", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**{k: v for k, v in os.environ.items() if k != hr.FACTOR_ENV},
+             "LATENCY_DIVIDE_STATE_DIR": str(tmp_path / "s")})
+
+    def p99(out) -> dict:
+        rows = json.loads(out.stdout)["record"]["probe"]["timer"]
+        return {g: max(r["late_us"]["p99"] for r in rows if r["gap_us"] == g)
+                for g in {r["gap_us"] for r in rows}}
+
+    before, after = p99(quiet), p99(noisy)
+    print(f"lateness p99 by gap, quiet: {before}; --duty 0.15: {after}")
+    assert after[100.0] > before[100.0] and after[1000.0] > before[1000.0]
+    assert noisy.returncode == EXIT_REFUSED, noisy.stderr[-2000:]
+    assert json.loads(noisy.stdout)["assessment"]["refusals"]

@@ -215,9 +215,10 @@ def report(a: hostfit.Assessment, path: Path, rec: dict, measured: bool,
         f"; steal {float(rec.get('steal_pct') or 0):.2f} %",
         f"  netem {feats.get('netem')}, threaded NAPI {feats.get('threaded_napi')}, guest halt "
         f"polling {feats.get('halt_poll_ns')} ns (host's own {feats.get('host_halt_poll_ns')})",
-        f"  real-time capacity {a.capacity_cores:.2f} cores; fastest link held alone about "
-        f"{a.fastest_mbit:.0f} Mbit/s (bound by {a.fastest_why}; by the real-time cores alone "
-        f"{a.fastest_by_rt_mbit:.0f})",
+        f"  real-time capacity {a.capacity_cores:.2f} cores; fastest link held alone "
+        + (f"about {a.fastest_mbit:.1f} Mbit/s" if a.fastest_mbit >= 0.1 else "none")
+        + f" (bound by {a.fastest_why}; by the real-time cores alone "
+        f"{a.fastest_by_rt_mbit:.0f} Mbit/s)",
         f"  this config: {n_trials} trials, about {a.at_once} at once under the budget "
         f"host_load={a.budget}; expected wall time of the trials {a.wall_s / 60:.1f} min (their "
         f"CPU over the budget's cores: {a.cpu_floor_s / 60:.1f} min)",
