@@ -40,7 +40,8 @@ FRAME_BYTES = 1500
 PROFILE = CHECKOUT / "profiles" / "default" / "config.yaml"
 #: Where to go when this host cannot hold the config's links.
 REMEDIES = ("run on a quieter host (fewer other programs, no noisy neighbours: a VM whose steal "
-            "is near 0)", "an SSH testbed of dedicated nodes (docs/remote-testbed.md)",
+            "is near 0; once it is quiet, measure again: --force, or "
+            "LATENCY_DIVIDE_HOST_CHECK=force in the workflow)", "an SSH testbed of dedicated nodes (docs/remote-testbed.md)",
             "a Slurm cluster (docs/cluster.md)",
             "or run anyway with `--go-on` (LATENCY_DIVIDE_HOST_CHECK=go-on in the workflow): "
             "every trial's health verdict is still judged")
