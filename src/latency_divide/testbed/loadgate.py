@@ -8,8 +8,9 @@ trials measuring on this host at once may together ask for at most ``cap`` real-
 (ops.admission.spec_rt_cores), and the cap follows what the host shows:
 
 - a trial that fails its health verdict (trial.health: its wait, lateness or sampling broke a
-  bound, i.e. the host did not hold it) lowers the cap at once to :data:`DECREASE` x the load
-  it ran beside (multiplicative decrease);
+  bound, i.e. the host did not hold it) beside other trials lowers the cap at once to
+  :data:`DECREASE` x the load it ran in, its own included (multiplicative decrease); one that
+  failed with nothing beside it leaves the cap alone (fewer neighbours would not help it);
 - every trial that passes raises it by :data:`INCREASE_CORES` (additive increase), up to the
   calibrated ``ceiling`` (the host's real-time capacity);
 - an idle host admits any one trial, whatever the cap: at the bottom, trials run one at a time.
@@ -184,12 +185,15 @@ def release(verdict: str | None, exclusive: bool = False) -> dict:
         fixed = mode() not in ("auto", "off")
         why = "unchanged"
         if me is not None and not fixed and not exclusive:
-            if verdict == "fail":
-                # the load it ran beside: what was there when it started, or now, if more
-                beside = max(me.get("load_at_start", 0.0), _load(s)) + me["cores"]
-                cap = min(cap, DECREASE * beside)
+            # the load it ran beside: what was there when it started, or now, if more
+            beside = max(me.get("load_at_start", 0.0), _load(s))
+            if verdict == "fail" and beside > 0:
+                cap = min(cap, DECREASE * (beside + me["cores"]))
                 why = (f"trial {me['trial']} failed its verdict beside {beside:.3f} cores: "
                        f"cap x {DECREASE:g}")
+            elif verdict == "fail":
+                why = (f"trial {me['trial']} failed its verdict with nothing beside it: the "
+                       "host's limit for its link, not its neighbours'; cap unchanged")
             elif verdict == "pass":
                 cap = min(ceiling, cap + INCREASE_CORES)
                 why = f"trial {me['trial']} passed: cap + {INCREASE_CORES:g}"
