@@ -28,7 +28,8 @@ pub const DBR_TRIGGER_S: f64 = 0.2;
 pub const DBR_MIN_QUEUED: usize = 5;
 /// OBS: time between increases (`DBR_INC_TIMER`: 4 s in current OBS, 30 s before).
 pub const DBR_INC_S: f64 = 4.0;
-/// OBS: the send-rate estimate needs at least 1 s of frames and keeps at most 2 s.
+/// OBS: the send-rate estimate needs at least 1 s of frames and keeps at most 2 s
+/// (`MIN_ESTIMATE_DURATION_MS`, `MAX_ESTIMATE_DURATION_MS`).
 pub const DBR_EST_MIN_S: f64 = 1.0;
 pub const DBR_EST_MAX_S: f64 = 2.0;
 /// Cast: the fraction of its virtual buffer it tries to keep empty.
@@ -122,17 +123,22 @@ impl BacklogAbr {
         }
     }
 
+    /// From the first delivery in the window to the last (OBS: from the first frame's
+    /// send start to the last one's send end; our frames' delivery times play that part,
+    /// since a frame's hand-over time would count the queue it then waits in).
     fn span_s(&self) -> f64 {
         match (self.est.front(), self.est.back()) {
-            (Some(a), Some(b)) => b.done_s - a.sent_s,
+            (Some(a), Some(b)) => b.done_s - a.done_s,
             _ => 0.0,
         }
     }
 
-    /// What the output drained over the last 1-2 s, kbit/s (None: under 1 s of data).
+    /// What the output drained over the last 1-2 s, kbit/s: the bytes delivered after the
+    /// window's first delivery over the time since it (None: under 1 s of data).
     pub fn estimate_kbps(&self) -> Option<f64> {
         let span = self.span_s();
-        (span >= DBR_EST_MIN_S).then(|| self.est_bytes as f64 * 8.0 / span / 1000.0)
+        let first = self.est.front().map_or(0, |d| d.bytes);
+        (span >= DBR_EST_MIN_S).then(|| (self.est_bytes - first) as f64 * 8.0 / span / 1000.0)
     }
 
     pub fn decide(&mut self, s: &Signals) -> usize {
