@@ -3,6 +3,7 @@ from latency_divide.ops.progress import health_report, mark_run_start
 from latency_divide.ops.slurmnode import slurm_preflight, trial_gres
 from latency_divide.ops.workflow import trials_forbidden
 from latency_divide.paths import RUN_START
+from latency_divide.testbed import loadgate
 
 # Stage 3: trials. One job per (definition, household, direction, variant, repetition) on the
 # testbed. A trial directory appears only when complete, so its meta.json is the job's output.
@@ -61,6 +62,10 @@ rule trials:
 
 onstart:
     mark_run_start(RUN_START)
+    # the load gate (latency_divide.testbed.loadgate) starts each run that measures at the
+    # host's ceiling
+    if not trials_forbidden():
+        loadgate.new_run()
     # under Slurm: fail now, not hang, if the job status check cannot work; export the tool's
     # sha256 to the jobs, whose node check compares (latency_divide.ops.slurmnode)
     slurm_preflight(workflow, CFG.tool.binary())

@@ -126,6 +126,10 @@ def test_a_holder_that_died_is_dropped(gate_dir):
     assert time.monotonic() - t0 < 1.0 and rec["load_at_start_cores"] == 0.0
     loadgate.release(None)
     assert loadgate.state()["running"] == {}
+    s = loadgate.state()
+    s["cap"] = 0.1
+    (gate_dir / loadgate.STATE_NAME).write_text(json.dumps(s))
+    assert loadgate.new_run() and loadgate.state()["cap"] == 1.5  # a new run: the ceiling
     assert loadgate.clean_gate() and not (gate_dir / loadgate.STATE_NAME).exists()
 
 

@@ -217,6 +217,26 @@ def admitted(trial: str, cores: float, ceiling: float, *, exclusive: bool = Fals
             rec["feedback"] = release(rec.get("verdict"), exclusive)
 
 
+def new_run() -> bool:
+    """A run starts (the workflow's ``onstart``): the cap goes back to the ceiling, unless a
+    trial measures now (another run shares the host: its lesson stands), or where the state
+    directory cannot be written (no trial could run here either). True if reset."""
+    try:
+        return _new_run()
+    except OSError:
+        return False
+
+
+def _new_run() -> bool:
+    with _locked() as s:
+        if s["running"] or "ceiling" not in s:
+            return False
+        s["cap"] = s["ceiling"]
+        s.setdefault("events", []).append({"t": round(time.time(), 1), "verdict": None,
+                                           "cap": s["cap"], "trial": "(a new run)"})
+        return True
+
+
 def clean_gate() -> list[str]:
     """Remove the gate's files unless a live trial holds it; returns what was removed."""
     removed = []
