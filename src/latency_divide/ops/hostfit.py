@@ -11,8 +11,9 @@ The rules, each in the units the record measures:
   fail; the kernel throttles at 0.95), less what the hypervisor took while the probe ran.
 * **a trial's real-time cores** = admission.spec_rt_cores with the record's cost factor.
   Above the capacity, the host cannot hold the link even alone.
-* **lateness**: a link tolerates a wake-up late by less than one packet time at its bottleneck,
-  1500 B x 8 / rate (a 1 Mbit/s link 12 ms, 300 Mbit/s 40 µs). The record's lateness is the p99
+* **lateness**: a link tolerates the wake-up lateness its health verdict allows the delay line
+  (trial.health.bound_for: max(1 ms, half a packet time at its bottleneck, 1500 B x 8 / rate),
+  so 6 ms at 1 Mbit/s and 1 ms from 6 Mbit/s up). The record's lateness is the p99
   at the probe's gap nearest that packet time (log scale; the delay line wakes once per frame
   time) among the gaps measured with at least MIN_WAKEUPS_P99 wake-ups per CPU (fewer make the
   p99 a maximum), the worst of the CPUs measured (a trial may land on any).
@@ -33,9 +34,8 @@ from pathlib import Path
 
 from latency_divide.ops import admission
 from latency_divide.paths import CHECKOUT
+from latency_divide.trial.health import bound_for, packet_time_us
 
-#: A full-size frame at the bottleneck (bytes): the packet time the lateness is judged against.
-FRAME_BYTES = 1500
 #: The workflow profile whose ``resources: host_load`` is the local budget.
 PROFILE = CHECKOUT / "profiles" / "default" / "config.yaml"
 #: Where to go when this host cannot hold the config's links.
@@ -47,8 +47,11 @@ REMEDIES = ("run on a quieter host (fewer other programs, no noisy neighbours: a
             "every trial's health verdict is still judged")
 
 
-def packet_time_us(rate_kbit: float) -> float:
-    return FRAME_BYTES * 8 * 1000.0 / rate_kbit
+def late_limit_us(rate_kbit: float) -> float:
+    """The lateness p99 a link of ``rate_kbit`` tolerates: the health verdict's own bound for
+    it (trial.health.bound_for, in the link's packet times), so the host check refuses exactly
+    the links whose verdicts this host's wake-ups would fail."""
+    return bound_for("delayline_late_p99_us", packet_time_us(rate_kbit))
 
 
 def profile_budget(profile: Path = PROFILE) -> int:
@@ -133,7 +136,7 @@ def fastest_alone(record: dict, factor: float, capacity: float, tool: str = "tqu
         rt = factor * admission.rt_cores(kbit, 20.0, None, tool, generation=gen)
         if rt > capacity:
             return "real-time cores"
-        if lateness and lateness_p99_us(record, packet_time_us(kbit))[1] > packet_time_us(kbit):
+        if lateness and lateness_p99_us(record, packet_time_us(kbit))[1] > late_limit_us(kbit):
             return "wake-up lateness"
         return None
 
@@ -210,9 +213,11 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
             why.append(f"needs {c.rt_cores:.2f} real-time cores (variant {c.trial[3]}; the model's"
                        f" {c.rt_cores / factor:.2f} x cost factor {factor:.2f}) > this host's "
                        f"capacity {capacity:.2f}")
-        if record and c.late_p99_us > c.packet_us and kind == "local":
+        limit = late_limit_us(c.rate_kbit)
+        if record and c.late_p99_us > limit and kind == "local":
             why.append(f"wake-up lateness p99 {c.late_p99_us:.0f} µs (at the "
-                       f"{c.late_gap_us:g} µs gap) > its packet time {c.packet_us:.0f} µs")
+                       f"{c.late_gap_us:g} µs gap) > the {limit:.0f} µs its verdict allows "
+                       f"(packet time {c.packet_us:.0f} µs)")
         if why and (key not in merged or c.rt_cores > merged[key][0]):
             # one line per link: its most costly variant's numbers
             merged[key] = (c.rt_cores, Refusal(c.trial[1], c.trial[2], c.rate_kbit,
