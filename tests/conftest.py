@@ -46,6 +46,12 @@ DATA_CSV = ROOT / "resources" / "digitaldivide" / "household-internet-data.csv"
 TEST_CACHE = Path(tempfile.gettempdir()) / f"ld-test-cache-{os.getpid()}"
 os.environ["LATENCY_DIVIDE_CACHE_DIR"] = str(TEST_CACHE)
 
+#: The workflows the tests run check the host before their first trial (docs/host.md) and, on a
+#: host too noisy for some link, report it and go on: every trial's verdict is still judged, and
+#: a test that needs a verdict to pass says so. tests/test_hostcheck.py, which tests the
+#: refusal itself, runs without this.
+os.environ.setdefault("LATENCY_DIVIDE_HOST_CHECK", "go-on")
+
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if os.getpid() == int(TEST_CACHE.name.rsplit("-", 1)[1]):

@@ -24,7 +24,7 @@ from latency_divide.config import load_config
 from latency_divide.data.households import get_household
 from latency_divide.fsio import write_json_atomic
 from latency_divide.ops import admission, hostfit
-from latency_divide.ops.hostcheck import EXIT_REFUSED, record_of
+from latency_divide.ops.hostcheck import CHECK_ENV, EXIT_REFUSED, record_of
 from latency_divide.testbed import hostrecord as hr
 from latency_divide.trial.sweep import spec_from_config
 
@@ -123,7 +123,7 @@ def _host_check(cwd: Path, *args: str, timeout: float = 120,
                 state: Path | None = None) -> subprocess.CompletedProcess:
     """`latency-divide host-check` in ``cwd``; ``state``: a testbed state directory of the test's
     own (no boot cache of the host's: the check measures)."""
-    env = {k: v for k, v in os.environ.items() if k != hr.FACTOR_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, CHECK_ENV)}
     if state is not None:
         env["LATENCY_DIVIDE_STATE_DIR"] = str(state)
     return subprocess.run([str(CLI), "host-check", "--config",
@@ -231,7 +231,8 @@ def _workflow(dst: Path) -> Path:
 
 
 def _snakemake(wf: Path, *args: str, **env) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, "SLURM_JOB_ID")}
+    full = {k: v for k, v in os.environ.items()
+            if k not in (hr.FACTOR_ENV, CHECK_ENV, "SLURM_JOB_ID")}
     full.update(PATH=f"{VENV_BIN}:{os.environ['PATH']}", **env)
     return subprocess.run([str(VENV_BIN / "snakemake"), *args, "--cores", "1", "--configfile",
                            "config/test.yaml"], cwd=wf, env=full, capture_output=True,
@@ -291,7 +292,7 @@ def test_a_noisy_host_is_worse_and_named(tmp_path):
         [str(CLI), "stalls", "--duty", "0.15", "--", str(CLI), "host-check", "--config",
          str(ROOT / "config" / "config.yaml"), "--seconds", "10", "--force", "--json"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**{k: v for k, v in os.environ.items() if k != hr.FACTOR_ENV},
+        env={**{k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, CHECK_ENV)},
              "LATENCY_DIVIDE_STATE_DIR": str(tmp_path / "s")})
 
     def p99(out) -> dict:
