@@ -302,3 +302,31 @@ def test_the_kernel_police_action_drops_instead_of_queueing(topology, tmp_path):
     assert m["backlogs"] and max(m["backlogs"]) <= FRAME, m["backlogs"]
     added = statistics.median(m["loaded_ms"]) - m["base_ms"]
     assert added < 5.0, (m["base_ms"], m["loaded_ms"])
+
+
+@pytest.mark.netns
+def test_the_delay_line_refuses_a_bucket_below_one_frame(tmp_path):
+    import secrets
+
+    from latency_divide.testbed.runners import LocalRunner
+
+    require_programs("ip", "ethtool")
+    tag = secrets.token_hex(3)
+    ns, host = f"ld-{tag}-dly", LocalRunner()
+    a, b = f"ld{tag}pa", f"ld{tag}pb"
+    host.run(["ip", "netns", "add", ns])
+    try:
+        r = LocalRunner(ns)
+        r.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+        for dev in (a, b):
+            r.run(["ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
+                   "gro", "off"])
+            r.run(["ip", "link", "set", dev, "up"])
+        res = r.run([str(DELAYLINE), "--iface-a", a, "--iface-b", b, "--delay-ms", "1",
+                     "--police-ba", "1000000:1000"], check=False, timeout=10)
+        assert res.returncode == 1
+        assert (f"--police-ba 1000000:1000: a burst of 1000 bytes cannot pass a full-size frame "
+                f"of {a} (1518 bytes, MTU 1500); give a burst of at least 1518 bytes"
+                in res.stderr), res.stderr
+    finally:
+        host.run(["ip", "netns", "del", ns], check=False)
