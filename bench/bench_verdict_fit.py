@@ -31,6 +31,7 @@ from pathlib import Path
 from _trials import ROOT, Trial, run_batch, trial_preconditions
 
 from latency_divide.analysis.metrics import summarize_trial
+from latency_divide.testbed import loadgate
 from latency_divide.trial import health as H
 from latency_divide.trial import rawio
 from latency_divide.trial.layout import parse_trial_path
@@ -75,6 +76,7 @@ def published(raw: Path) -> dict:
 
 
 def measure(state: str, duty: float | None, out: Path, parallel: int, seed: int) -> float:
+    loadgate.new_run()  # each state starts at the host's ceiling, as a workflow run does
     inj = None
     if duty is not None:
         inj = subprocess.Popen([str(ROOT / "target" / "release" / "stallinject"), "--duty",
