@@ -42,8 +42,7 @@ from latency_divide.testbed import hostrecord as hr
 PROBE_DEFAULT_S = 20.0
 #: The probe's longest run: with the netem probe and the rest the check stays within 60 s.
 PROBE_MAX_S = 50.0
-CHECK_ENV = "LATENCY_DIVIDE_HOST_CHECK"
-CHECK_CHOICES = ("", "force", "skip", "go-on")
+CHECK_ENV, CHECK_CHOICES, check_mode = hr.CHECK_ENV, hr.CHECK_CHOICES, hr.check_mode
 #: The links a refusal names in the report (all of them in --json).
 REPORT_LINKS = 12
 #: The exit status of a refusal (the host cannot hold the config's links even alone).
@@ -52,14 +51,6 @@ RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
 RT_PERIOD = Path("/proc/sys/kernel/sched_rt_period_us")
 #: A kernel with threaded NAPI (5.12+) has this attribute on every net device.
 NAPI_THREADED = Path("/sys/class/net/lo/threaded")
-
-
-def check_mode(env: dict | None = None) -> str:
-    raw = (os.environ if env is None else env).get(CHECK_ENV, "").strip().lower()
-    if raw not in CHECK_CHOICES:
-        raise ConfigError(f"{CHECK_ENV}={raw!r}: use force (measure the host again), skip (no "
-                          "host check) or go-on (run even where the host check refuses)")
-    return raw
 
 
 def check_seconds(seconds: float) -> float:
@@ -132,18 +123,12 @@ def record_of(probe: dict, features: dict, argv: list[str], probe_s: float) -> d
     from latency_divide.trial.meta import cpu_model, utc_now
 
     hr.check_probe(probe)
-    wake = hr.wake_cpu_us(probe)
-    key = hr.reference_key(features.get("halt_poll_ns"))
-    ref = hr.REFERENCE_WAKE_CPU_US[key]
-    factor, raw = hr.cost_factor(wake, ref)
     return {"schema": hr.SCHEMA, "hostname": hr.hostname(), "boot_id": hr.boot_id(),
             "measured_at": utc_now(), "measured_unix": time.time(), "probe_s": round(probe_s, 2),
             "kernel": os.uname().release, "cpu_model": cpu_model(), "cores": os.cpu_count(),
             "rt_share": rt_share(), "steal_pct": probe.get("steal_pct"), "features": features,
-            "probe_argv": argv, "probe": probe, "wake_cpu_us": round(wake, 3),
-            "reference": {"key": key, "wake_cpu_us": ref, "source": hr.REFERENCE_SOURCE,
-                          "gaps_us": list(hr.COST_GAPS_US)},
-            "cost_factor": round(factor, 4), "cost_factor_raw": round(raw, 4)}
+            "probe_argv": argv, "probe": probe,
+            **hr.factor_fields(probe, features.get("halt_poll_ns"))}
 
 
 @contextmanager

@@ -27,13 +27,16 @@ The rules, each in the units the record measures:
 from __future__ import annotations
 
 import heapq
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from latency_divide.ops import admission
 from latency_divide.paths import CHECKOUT
+from latency_divide.testbed.hostrecord import (  # noqa: F401  (MIN_WAKEUPS_P99: hostfit's rule)
+    MIN_WAKEUPS_P99,
+    lateness_p99_us,
+)
 from latency_divide.trial.health import bound_for, packet_time_us
 
 #: The workflow profile whose ``resources: host_load`` is the local budget.
@@ -67,21 +70,6 @@ def rt_capacity(record: dict) -> float:
     share = min(admission.RT_HOST_SHARE, float(record.get("rt_share") or 1.0))
     steal = float(record["probe"].get("steal_pct") or 0.0) / 100.0
     return max(0.0, n * (share - steal))
-
-
-#: A row's p99 counts where it rests on this many wake-ups (fewer: it is the row's maximum).
-MIN_WAKEUPS_P99 = 200
-
-
-def lateness_p99_us(record: dict, gap_us: float) -> tuple[float, float]:
-    """(the probe gap nearest ``gap_us`` on a log scale among those with MIN_WAKEUPS_P99 on
-    every CPU, else among all; the worst p99 lateness there over the CPUs, µs)."""
-    rows = record["probe"]["timer"]
-    gaps = sorted({float(r["gap_us"]) for r in rows})
-    enough = [g for g in gaps if all(int(r.get("wakeups") or 0) >= MIN_WAKEUPS_P99
-                                     for r in rows if float(r["gap_us"]) == g)]
-    near = min(enough or gaps, key=lambda g: abs(math.log(g / gap_us)))
-    return near, max(float(r["late_us"]["p99"]) for r in rows if float(r["gap_us"]) == near)
 
 
 @dataclass

@@ -25,6 +25,7 @@ names the record (trial.run) and the admission scales by it (ops.admission).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -48,6 +49,20 @@ REFERENCE_SOURCE = "bench/baselines/wake-floor-2026-11-29.txt"
 FACTOR_MIN, FACTOR_MAX = 0.5, 4.0
 FACTOR_ENV = "LATENCY_DIVIDE_HOST_FACTOR"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+#: ``force`` (measure again), ``skip`` (no check), ``go-on`` (report a refusal, run anyway):
+#: read by the local check (ops.hostcheck) and the SSH testbed's node check (testbed.ssh.nodecheck)
+CHECK_ENV = "LATENCY_DIVIDE_HOST_CHECK"
+CHECK_CHOICES = ("", "force", "skip", "go-on")
+#: A row's p99 counts where it rests on this many wake-ups (fewer: it is the row's maximum).
+MIN_WAKEUPS_P99 = 200
+
+
+def check_mode(env: dict | None = None) -> str:
+    raw = (os.environ if env is None else env).get(CHECK_ENV, "").strip().lower()
+    if raw not in CHECK_CHOICES:
+        raise ConfigError(f"{CHECK_ENV}={raw!r}: use force (measure the host again), skip (no "
+                          "host check) or go-on (run even where the host check refuses)")
+    return raw
 
 
 def boot_id() -> str:
@@ -110,6 +125,30 @@ def cost_factor(wake_us: float, reference_us: float) -> tuple[float, float]:
     """(clamped factor, raw ratio) of a host's wake-up cost against the fitted host's."""
     raw = wake_us / reference_us
     return min(FACTOR_MAX, max(FACTOR_MIN, raw)), raw
+
+
+def factor_fields(probe: dict, halt_poll_ns: int | None) -> dict:
+    """A record's cost fields from a checked probe document: the CPU per wake-up, the fitted
+    host's number it is compared with (by the halt polling held while it probed), the factor."""
+    wake = wake_cpu_us(probe)
+    key = reference_key(halt_poll_ns)
+    ref = REFERENCE_WAKE_CPU_US[key]
+    factor, raw = cost_factor(wake, ref)
+    return {"wake_cpu_us": round(wake, 3),
+            "reference": {"key": key, "wake_cpu_us": ref, "source": REFERENCE_SOURCE,
+                          "gaps_us": list(COST_GAPS_US)},
+            "cost_factor": round(factor, 4), "cost_factor_raw": round(raw, 4)}
+
+
+def lateness_p99_us(record: dict, gap_us: float) -> tuple[float, float]:
+    """(the probe gap nearest ``gap_us`` on a log scale among those with MIN_WAKEUPS_P99 on
+    every CPU, else among all; the worst p99 lateness there over the CPUs, µs)."""
+    rows = record["probe"]["timer"]
+    gaps = sorted({float(r["gap_us"]) for r in rows})
+    enough = [g for g in gaps if all(int(r.get("wakeups") or 0) >= MIN_WAKEUPS_P99
+                                     for r in rows if float(r["gap_us"]) == g)]
+    near = min(enough or gaps, key=lambda g: abs(math.log(g / gap_us)))
+    return near, max(float(r["late_us"]["p99"]) for r in rows if float(r["gap_us"]) == near)
 
 
 _CACHE: dict = {}

@@ -119,6 +119,17 @@ class TrialSpec:
         return make_linkplan(self.household, qfactor=self.qfactor, mechanism=mechanism,
                              buffer_model=self.buffer_model, policer_impl=policer)
 
+    def late_bound(self) -> dict:
+        """The wake-up lateness p99 this trial's health verdict allows (trial.health.bound_for
+        at its bottleneck's packet time; the rule of ops.hostfit.late_limit_us), which a
+        testbed holds its nodes' probes to before the trial (testbed.ssh.nodecheck)."""
+        from latency_divide.trial.health import bound_for, packet_time_us
+
+        rate = self.link_plan("netem").shaper(self.direction).rate_kbit
+        pkt = packet_time_us(rate)
+        return {"rate_kbit": rate, "packet_us": pkt,
+                "limit_us": bound_for("delayline_late_p99_us", pkt)}
+
 
 def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str,
                 qlog_dir: str | None = None) -> list[str]:

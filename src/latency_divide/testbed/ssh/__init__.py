@@ -16,4 +16,5 @@ SSH with Fabric, e.g. a CloudLab ``copa-delay-gw`` experiment or a FABRIC slice.
 - state: the trial's state record and :func:`restore_nodes`, the one way changes are undone.
 - clean: `latency-divide clean` for trials whose owner died.
 - provision: packages and our tools on a node (rules/provision.smk).
+- nodecheck: each real-time node's host check of itself, once per boot, before a trial.
 """

@@ -1,6 +1,9 @@
 """Make SSH nodes ready for trials (`latency-divide provision`, rules/provision.smk): Debian
 packages, forwarding, the private work directory, and our tools uploaded content-addressed
-(a rebuilt tool never runs from a stale copy)."""
+(a rebuilt tool never runs from a stale copy): tquic-perf to the tool ends, the queue sampler
+to the gateway, the delay line to a delay node without netem, and tools/hostprobe to every
+node that runs a real-time part (testbed.ssh.nodecheck.PROBED_ROLES: the ends and the delay
+node) for its host check of itself."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from latency_divide.testbed.ssh.node import (
     missing_programs,
     remote_tool_path,
 )
+from latency_divide.testbed.ssh.nodecheck import PROBED_ROLES
 from latency_divide.testbed.ssh.runner import FabricRunner
 from latency_divide.testbed.ssh.testbed import QSAMPLER_SRC
 from latency_divide.vocab import ROLE_NAMES, ROLE_OF
@@ -80,6 +84,8 @@ def provision_node(inv: Inventory, slice_name: str | None, role: str, *, root: P
         uploads: list[tuple[str, Path, str]] = []
         if role in ("srv", "cli"):
             uploads.append(("tquic-perf", root / "target" / "release" / "tquic-perf", ""))
+        if role in PROBED_ROLES:  # the node's host check of itself (testbed.ssh.nodecheck)
+            uploads.append(("hostprobe", root / "target" / "release" / "hostprobe", ""))
         if role == "gw":
             uploads.append(("qsampler", QSAMPLER_SRC, ".py"))
             r.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])

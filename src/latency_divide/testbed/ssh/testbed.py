@@ -46,6 +46,7 @@ from latency_divide.testbed.ssh.node import (
     read_offloads,
     remote_tool_path,
 )
+from latency_divide.testbed.ssh.nodecheck import NODE_PROBE_S, check_nodes
 from latency_divide.testbed.ssh.runner import FabricProcess, FabricRunner
 from latency_divide.testbed.ssh.state import (
     Attempts,
@@ -67,6 +68,8 @@ class SshTestbed:
     keeps_qlog = False
     #: the tools run on the remote nodes: nothing of the trial to place here
     runs_here = False
+    #: the host probe's length on a node (testbed.ssh.nodecheck), once per node boot
+    probe_s = NODE_PROBE_S
 
     def __init__(self, inventory: Inventory | str | Path, slice_name: str | None = None):
         self.inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
@@ -166,6 +169,8 @@ class SshTestbed:
         found["offloads"] = ("ethtool -K IF " + " ".join(OFFLOAD_ARGS) + " on the gateway's "
                              "egress interfaces and the delay ports during the trial (restored "
                              "after)")
+        # last: each real-time node's host check of itself, once per boot (testbed.ssh.nodecheck)
+        found["host_records"] = check_nodes(runners, sl, spec, self.probe_s)
         return found
 
     def open(self, spec, plan, log_dir: Path, found: dict) -> "SshTopology":
@@ -236,6 +241,8 @@ class SshTopology(SliceBase):
                 # SSH sessions re-opened during the trial (the nodes' processes run detached,
                 # so a dropped control connection does not touch the measurement)
                 "reconnects": dict(self.tb.reconnects),
+                # each real-time node's host record of its boot, judged against this link
+                "host_records": self.found.get("host_records"),
                 "teardown": "root qdiscs of ours deleted, offloads and bridge restored"}
 
     # hooks of SliceBase --------------------------------------------------------------------
