@@ -28,6 +28,22 @@ from latency_divide.paths import CHECKOUT, CONFIG_SCHEMA
 from latency_divide.vocab import DIRECTIONS, POPULATION_FIGURES, RUN_FIGURES
 
 SCHEMA_PATH = CONFIG_SCHEMA
+#: A trial's receiver window when none is configured: tperf's 2021 default for bulk; for live,
+#: one that never binds (65536 caps its bitrate: tools/tquic-perf/README.md, "Live mode")
+BULK_WINDOW_BYTES, LIVE_WINDOW_BYTES = 65536, 4194304
+
+
+def app_args(app: Mapping[str, Any] | None, key: str = "tool.app") -> tuple[str, ...]:
+    """tquic-perf's flags of a config's app (``tool.app`` or a variant's): none for bulk,
+    ``-app=live -abr=<abr> -seed=<seed>`` for live (first of the tool's args: the definition's)."""
+    if not app or app["kind"] == "bulk":
+        if app and ({"abr", "seed"} & set(app)):
+            raise ConfigError(f"config: {key}: abr and seed apply to kind live only, not bulk")
+        return ()
+    if "abr" not in app:
+        raise ConfigError(f"config: {key}: kind live needs abr (backlog or rate)")
+    limits.check("seed", app.get("seed", 1), f"config: {key}.seed")
+    return ("-app=live", f"-abr={app['abr']}", f"-seed={app.get('seed', 1)}")
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,7 @@ class Variant:
     delta: float | None = None  # Copa's latency factor (copa only), in (0, 1]
     window_bytes: int | None = None  # receiver window of this variant (None: tool.window_bytes)
     qlog: bool | None = None  # tperf's qlog for this variant (None: tool.qlog)
+    app: tuple[str, ...] | None = None  # this variant's app flags (None: tool.app; app_args)
 
 
 @dataclass(frozen=True)
@@ -69,8 +86,7 @@ class ToolSettings:
         if self.path is not None:
             p = Path(self.path)
             if "/" not in self.path:
-                found = shutil.which(self.path)
-                return Path(found) if found else p
+                return Path(shutil.which(self.path) or p)
             return p if p.is_absolute() else root / p
         return root / "target" / "release" / "tquic-perf"
 
@@ -112,6 +128,8 @@ class Config:
     buffer_model: str = buffers.DEFAULT_MODEL
     #: the figures `snakemake all` draws of this run: figures.draw, else every drawable one
     figures: tuple[str, ...] = RUN_FIGURES
+    #: tool.app's flags (app_args; () for bulk): every variant's unless it has its own app
+    app: tuple[str, ...] = ()
 
     def repetitions_of(self, household_id: int) -> tuple[int, ...]:
         """The repetition numbers of a household's trials (its own, else its bucket's, else
@@ -137,15 +155,20 @@ class Config:
         for v in self.variants:
             if v.name == name:
                 return v
-        raise ConfigError(
-            f"unknown variant {name!r}; configured: {', '.join(v.name for v in self.variants)}"
-        )
+        raise ConfigError(f"unknown variant {name!r}; configured: "
+                          f"{', '.join(v.name for v in self.variants)}")
 
     def tool_for(self, variant: Variant) -> ToolSettings:
-        """The tool settings of ``variant``'s trials (its own window and qlog setting, if it
-        has them)."""
-        own = {k: v for k, v in (("window_bytes", variant.window_bytes), ("qlog", variant.qlog))
-               if v is not None}
+        """The tool settings of ``variant``'s trials: its own window and qlog setting if it has
+        them, its app's flags (app_args: the variant's, else tool.app's) before tool.args, and
+        without a configured window the app's default (BULK_/LIVE_WINDOW_BYTES)."""
+        app = self.app if variant.app is None else variant.app
+        window = variant.window_bytes or (self.tool.window_bytes if "window_bytes" in
+                                          self.raw["tool"] else app and LIVE_WINDOW_BYTES
+                                          or BULK_WINDOW_BYTES)
+        own = {k: v for k, v in (("window_bytes", window), ("qlog", variant.qlog),
+                                 ("args", app + self.tool.args))
+               if v is not None and v != getattr(self.tool, k)}
         return dataclasses.replace(self.tool, **own) if own else self.tool
 
     def variant_names(self) -> list[str]:
@@ -171,9 +194,8 @@ def _schema_error(err: jsonschema.ValidationError) -> ConfigError:
     if v == "required":
         return ConfigError(f"config: {where}: {best.message}")
     if v == "oneOf" and isinstance(best.instance, dict):
-        return ConfigError(
-            f"config: {where}: give exactly one of 'ids' or 'sample' (got {sorted(best.instance)})"
-        )
+        return ConfigError(f"config: {where}: give exactly one of 'ids' or 'sample' (got "
+                           f"{sorted(best.instance)})")
     return ConfigError(f"config: {where} = {best.instance!r}: {best.message}")
 
 
@@ -190,12 +212,12 @@ def _check_limits(raw: Mapping[str, Any]) -> None:
             limits.check("price_usd", b["max"], f"{key}.max")
         if "sample" in b:
             limits.check("sample", b["sample"], f"{key}.sample")
-    if "population_sample" in hh:
-        pop = PopulationSample.from_dict(hh["population_sample"],
-                                         "config: households.population_sample")
-        if pop.repeat is not None:
-            _repetition_numbers(hh["population_sample"]["repeat"]["repetitions"],
-                                "config: households.population_sample.repeat.repetitions")
+        if "repetitions" in b:
+            _repetition_numbers(b["repetitions"], f"{key}.repetitions")
+    if "population_sample" in hh and PopulationSample.from_dict(
+            hh["population_sample"], "config: households.population_sample").repeat is not None:
+        _repetition_numbers(hh["population_sample"]["repeat"]["repetitions"],
+                            "config: households.population_sample.repeat.repetitions")
     limits.check("qfactor", raw["qfactor"], "config: qfactor")
     buffers.check_model(raw.get("buffer_model", buffers.DEFAULT_MODEL), "config: buffer_model")
     for i, v in enumerate(raw["variants"]):
@@ -205,13 +227,11 @@ def _check_limits(raw: Mapping[str, Any]) -> None:
             limits.check("delta", v["delta"], f"{key}.delta")
         if "window_bytes" in v:
             limits.check("window_bytes", v["window_bytes"], f"{key}.window_bytes")
-    for i, b in enumerate(hh["buckets"]):
-        if "repetitions" in b:
-            _repetition_numbers(b["repetitions"], f"config: households.buckets[{i}].repetitions")
     _repetition_numbers(raw["trial"]["repetitions"], "config: trial.repetitions")
     for k in ("duration_s", "idle_s", "ping_interval_s", "queue_interval_s", "retries"):
         limits.check(k, raw["trial"][k], f"config: trial.{k}")
-    limits.check("window_bytes", raw["tool"]["window_bytes"], "config: tool.window_bytes")
+    if "window_bytes" in raw["tool"]:
+        limits.check("window_bytes", raw["tool"]["window_bytes"], "config: tool.window_bytes")
 
 
 def _repetition_numbers(value: int | list[int], key: str) -> tuple[int, ...]:
@@ -227,7 +247,8 @@ def _repetition_numbers(value: int | list[int], key: str) -> tuple[int, ...]:
 def _validate_schema(data: Any) -> None:
     schema = load_schema()
     cls = jsonschema.validators.validator_for(schema)
-    errors = sorted(cls(schema).iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(cls(schema).iter_errors(data),
+                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise _schema_error(errors[0])
 
@@ -255,16 +276,10 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
     _check_limits(raw)
 
     hh = raw["households"]
-    buckets = tuple(
-        Bucket(
-            name=b["name"],
-            min_usd=float(b["min"]),
-            max_usd=None if b["max"] is None else float(b["max"]),
-            ids=tuple(b["ids"]) if "ids" in b else None,
-            sample=b.get("sample"),
-        )
-        for b in hh["buckets"]
-    )
+    buckets = tuple(Bucket(name=b["name"], min_usd=float(b["min"]),
+                           max_usd=None if b["max"] is None else float(b["max"]),
+                           ids=tuple(b["ids"]) if "ids" in b else None, sample=b.get("sample"))
+                    for b in hh["buckets"])
     population = None
     repetitions_by_household: dict[int, tuple[int, ...]] = {}
     if "population_sample" in hh:
@@ -293,13 +308,18 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
             if "delta" not in v:
                 raise ConfigError(f"config: {key} ({v['name']!r}): copa needs 'delta' in (0, 1]")
         elif "delta" in v:
-            raise ConfigError(
-                f"config: {key}.delta = {v['delta']!r}: delta applies to cc copa only, not {v['cc']!r}"
-            )
+            raise ConfigError(f"config: {key}.delta = {v['delta']!r}: delta applies to cc copa "
+                              f"only, not {v['cc']!r}")
         variants.append(Variant(v["name"], v["cc"], float(v["delta"]) if "delta" in v else None,
-                                v.get("window_bytes"), v.get("qlog")))
-
-    tool = ToolSettings(**{**raw["tool"], "args": tuple(raw["tool"].get("args", ()))})
+                                v.get("window_bytes"), v.get("qlog"),
+                                app_args(v["app"], f"{key}.app") if "app" in v else None))
+    app = app_args(raw["tool"].get("app"))
+    tool = ToolSettings(**{"window_bytes": LIVE_WINDOW_BYTES if app else BULK_WINDOW_BYTES,
+                           **{k: v for k, v in raw["tool"].items() if k != "app"},
+                           "args": tuple(raw["tool"].get("args", ()))})
+    if tool.name != "tquic-perf" and (app or any(v.app for v in variants)):
+        raise ConfigError(f"config: a live app (tool.app or a variant's app) needs tool.name "
+                          f"tquic-perf, not {tool.name!r} (live mode is tquic-perf's)")
     if tool.name == "tperf" and tool.path is None:
         raise ConfigError("config: tool.path = None: the path of mvfst's tperf binary is required for tool.name tperf")
     testbed = TestbedSettings(**raw["testbed"])
@@ -335,35 +355,21 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
 
     t = raw["trial"]
     trial = TrialSettings(
-        duration_s=float(t["duration_s"]),
+        duration_s=float(t["duration_s"]), idle_s=float(t["idle_s"]),
         repetitions=_repetition_numbers(t["repetitions"], "config: trial.repetitions"),
-        idle_s=float(t["idle_s"]),
-        ping_interval_s=float(t["ping_interval_s"]),
-        queue_interval_s=float(t["queue_interval_s"]),
-        retries=t["retries"],
-        order=t.get("order", "sweep"),
-    )
+        ping_interval_s=float(t["ping_interval_s"]), retries=t["retries"],
+        queue_interval_s=float(t["queue_interval_s"]), order=t.get("order", "sweep"))
     return Config(
-        seed=hh["seed"],
-        buckets=buckets,
-        qfactor=float(raw["qfactor"]),
-        directions=tuple(raw["directions"]),
-        variants=tuple(variants),
-        trial=trial,
-        tool=tool,
-        testbed=testbed,
-        households_by_bucket={k: tuple(v) for k, v in by_bucket.items()},
-        raw=raw,
-        companions=tuple(raw.get("companions") or ()),
-        repetitions_by_bucket={
-            b["name"]: _repetition_numbers(b["repetitions"], f"config: households.buckets[{i}]"
-                                           ".repetitions")
+        seed=hh["seed"], buckets=buckets, qfactor=float(raw["qfactor"]),
+        directions=tuple(raw["directions"]), variants=tuple(variants), trial=trial, tool=tool,
+        testbed=testbed, households_by_bucket={k: tuple(v) for k, v in by_bucket.items()},
+        raw=raw, companions=tuple(raw.get("companions") or ()),
+        repetitions_by_bucket={b["name"]: _repetition_numbers(
+            b["repetitions"], f"config: households.buckets[{i}].repetitions")
             for i, b in enumerate(hh["buckets"]) if "repetitions" in b},
-        population=population,
-        repetitions_by_household=repetitions_by_household,
-        buffer_model=buffer_model,
-        figures=drawable if wanted is None else tuple(f for f in drawable if f in wanted),
-    )
+        population=population, repetitions_by_household=repetitions_by_household,
+        buffer_model=buffer_model, app=app,
+        figures=drawable if wanted is None else tuple(f for f in drawable if f in wanted))
 
 
 def drawable_figures(ccs: set[str], population: bool) -> tuple[str, ...]:

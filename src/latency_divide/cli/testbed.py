@@ -37,7 +37,15 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
                    help="propagation delay mechanism (default auto: netem if the kernel has it)")
     p.add_argument("--tool", choices=TOOLS, default="tquic-perf")
     p.add_argument("--tool-path", help="traffic tool binary (required for tperf)")
-    p.add_argument("--window", type=int, default=65536, help="receiver window, bytes")
+    p.add_argument("--window", type=int, help="receiver window, bytes (default 65536; "
+                   "4194304 with --app live, where 65536 caps the bitrate)")
+    p.add_argument("--app", choices=("bulk", "live"), default="bulk", help="what the tool sends: "
+                   "a bulk transfer (default) or a live video broadcast whose bitrate an ABR "
+                   "chooses (tquic-perf; docs/live.md)")
+    p.add_argument("--abr", choices=("backlog", "rate"), help="--app live: the ABR, backlog "
+                   "(OBS Studio's dynamic bitrate) or rate (Chromium Cast's); default backlog")
+    p.add_argument("--seed", type=int, help="--app live: seed of the frame-size jitter "
+                   "(default 1)")
     p.add_argument("--qlog", action="store_true",
                    help="tperf on the local testbed: keep the sender's transport RTT samples "
                         "and losses from its qlog (qlog_summary.json; the qlog is removed)")
@@ -59,7 +67,8 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
 
 
 def _trial(args) -> int:
-    from latency_divide.config import ToolSettings, Variant
+    from latency_divide.config import (BULK_WINDOW_BYTES, LIVE_WINDOW_BYTES, ToolSettings,
+                                       Variant, app_args)
     from latency_divide.data.households import get_household
     from latency_divide.ops.admission import retries_for, rt_ceiling, spec_rt_cores
     from latency_divide.testbed.runners import interrupt_on_sigterm
@@ -74,6 +83,12 @@ def _trial(args) -> int:
         raise ConfigError(f"--delta {args.delta} is only meaningful with --cc copa")
     else:
         variant = Variant(name=trial_variant_name(args.cc, None), cc=args.cc)
+    if args.app == "bulk" and (args.abr is not None or args.seed is not None):
+        raise ConfigError("--abr and --seed apply to --app live only")
+    app = app_args({"kind": args.app, "abr": args.abr or "backlog",
+                    **({"seed": args.seed} if args.seed is not None else {})}
+                   if args.app == "live" else None, "--app live")
+    window = args.window or (LIVE_WINDOW_BYTES if app else BULK_WINDOW_BYTES)
     try:
         spec = TrialSpec(
             household=get_household(args.household), direction=args.direction, variant=variant,
@@ -81,8 +96,8 @@ def _trial(args) -> int:
             ping_interval_s=args.ping_interval, queue_interval_s=args.queue_interval,
             qfactor=args.qfactor, buffer_model=args.buffer_model, delay=args.delay,
             tool_rt_priority=args.tool_rt_priority,
-            tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=args.window,
-                              args=tuple(args.tool_arg), qlog=args.qlog))
+            tool=ToolSettings(name=args.tool, path=args.tool_path, window_bytes=window,
+                              args=app + tuple(args.tool_arg), qlog=args.qlog))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     limits.check("retries", args.retries, "--retries")

@@ -10,6 +10,8 @@ definition. The definition of a trial is
      ["buffer_model": "mba-2014",]        # only when not the default "qfactor"
      "trial": {"duration_s", "idle_s", "ping_interval_s", "queue_interval_s"},
      "tool": {"name", "window_bytes", "args"[, "qlog": true][, "pacing": true]},
+                                          # a live trial's args start with -app=live
+                                          # -abr=<abr> -seed=<n> (config.app_args)
      "variant": {"cc", "delta"}}
 
 and its id is ``def-`` + the first 10 hex digits of the sha256 of its canonical JSON (sorted
@@ -97,7 +99,8 @@ def of_config(cfg, variant) -> dict[str, Any]:
         testbed=cfg.testbed.kind, delay=cfg.testbed.delay, qfactor=cfg.qfactor,
         duration_s=t.duration_s, idle_s=t.idle_s, ping_interval_s=t.ping_interval_s,
         queue_interval_s=t.queue_interval_s, tool_name=cfg.tool.name,
-        window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool.args, cc=variant.cc,
+        window_bytes=cfg.tool_for(variant).window_bytes, tool_args=cfg.tool_for(variant).args,
+        cc=variant.cc,
         delta=variant.delta, qlog=cfg.tool_for(variant).qlog,
         pacing=paced(cfg.tool.name, variant.cc), buffer_model=cfg.buffer_model)
 

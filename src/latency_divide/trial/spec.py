@@ -81,6 +81,9 @@ class TrialSpec:
         realtime_argv([], self.tool_rt_priority)  # validates it
         if self.tool.name not in TOOLS:
             raise ValueError(f"tool {self.tool.name!r} is not one of {', '.join(TOOLS)}")
+        if self.live and self.tool.name != "tquic-perf":
+            raise ValueError(f"a live broadcast (-app=live) is tquic-perf's mode, not "
+                             f"{self.tool.name!r}'s")
         if self.tool.qlog and self.tool.name != "tperf":
             raise ValueError(f"qlog: only for tperf (mvfst's qlog), not {self.tool.name!r}")
         if self.direction not in DIRECTIONS:
@@ -90,6 +93,12 @@ class TrialSpec:
             limits.check(key, getattr(self, key))
         limits.check("window_bytes", self.tool.window_bytes, "tool window_bytes")
         buffers.check_model(self.buffer_model)
+
+    @property
+    def live(self) -> bool:
+        """A live broadcast (tquic-perf ``-app live``: config.app_args put the flag in the
+        tool's args), not the paper's bulk transfer."""
+        return "-app=live" in self.tool.args
 
     @property
     def trial_id(self) -> str:
