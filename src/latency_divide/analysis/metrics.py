@@ -21,6 +21,16 @@ as does a report that cannot be read (the next source is tried first). ``sender_
 the packets the sender declared lost per packet sent, from the same reports (NaN without
 them: tperf's logs without a qlog).
 
+Live broadcasts (tquic-perf ``-app live``, docs/live.md): Facebook's per-broadcast metrics from
+the ``live`` objects of the trial's ``sender.json`` and ``receiver.json`` (parsers.live, whose
+docstring has the definitions), :data:`LIVE_COLUMNS`; null for a bulk trial (its sender.json has
+no ``live`` object). A live trial whose reports are missing or malformed is invalid. Its
+``transport_rtt_mean_ms`` is the same column as a bulk trial's (the mean of QUIC's RTT samples).
+Policed links (docs/policing.md): ``policer_drops`` and ``policer_dropped_bytes``, the frames the
+delay line's policer dropped in the trial's direction and their bytes (Ethernet frames), from
+its usage line (trial.instrument.delayline_facts); null when the link is not policed, or is
+policed by the kernel's police action (its counters are not recorded).
+
 The series (ping, queue, throughput) are keyed by ``t_s``, seconds since the transfer started.
 ``latency-divide summarize`` prints one trial's row (:func:`summarize_trial`,
 :func:`format_row`, :func:`row_jsonable`).
@@ -46,12 +56,20 @@ from latency_divide.analysis.reader import (
 )
 from latency_divide.analysis.schemas import HEALTH_COLUMNS, TRIALS_SCHEMA
 from latency_divide.ops.admission import beyond_cores
+from latency_divide.parsers.live import LiveParseError, parse_live_trial
 from latency_divide.parsers.qlog import QlogError, read_qlog, transport_rtt
 from latency_divide.parsers.tool import ToolParseError, parse_sender_json, parse_sender_log
 from latency_divide.trial import rawio
 from latency_divide.trial.health import rejudge
-from latency_divide.trial.instrument import generation_of
-from latency_divide.trial.layout import QLOG_SUMMARY, SENDER_JSON, SENDER_LOG, SETUP_JSON
+from latency_divide.trial.instrument import delayline_facts, generation_of
+from latency_divide.trial.layout import (
+    DELAYLINE_LOG,
+    QLOG_SUMMARY,
+    RECEIVER_JSON,
+    SENDER_JSON,
+    SENDER_LOG,
+    SETUP_JSON,
+)
 
 #: Where a trial's sender qlogs may be, relative to the trial directory.
 _QLOG_GLOBS = ("*.qlog", "*.qlog.gz", "*/*.qlog", "*/*.qlog.gz")
@@ -104,6 +122,42 @@ def _packed_qlogs(path: Path) -> list[dict]:
         if any(fnmatch.fnmatchcase(name, g) for g in _QLOG_GLOBS):
             docs.append(json.loads(gzip.decompress(data) if name.endswith(".gz") else data))
     return docs
+
+
+#: The trials-table columns of a live broadcast (parsers.live's names; null for bulk trials).
+LIVE_COLUMNS = ("live_abr", "broadcast_s", "goodput_fb_kbps", "app_rtt_mean_ms",
+                "app_rtt_p95_ms", "app_rtt_inband_mean_ms", "app_rtt_inband_p95_ms",
+                "rtx_overhead", "bitrate_mean_kbps", "bitrate_switches", "frames_produced",
+                "frames_sent", "frames_dropped", "frames_dropped_pct", "frame_latency_p50_ms",
+                "frame_latency_p95_ms")
+
+
+def live_columns(path: Path) -> dict:
+    """A trial's :data:`LIVE_COLUMNS` (module docstring): None each for a bulk trial;
+    TrialInvalid for a live one whose reports are missing or malformed."""
+    try:
+        text = rawio.read_text(path, SENDER_JSON) if rawio.exists(path, SENDER_JSON) else ""
+        if '"live"' not in text:  # a bulk transfer's report (or none: tperf, older trials)
+            return dict.fromkeys(LIVE_COLUMNS)
+        row = parse_live_trial(text, rawio.read_text(path, RECEIVER_JSON))
+    except (*rawio.UNREADABLE, LiveParseError) as e:
+        raise TrialInvalid(path, f"live broadcast: {e}") from None
+    return {k: row[k] for k in LIVE_COLUMNS}
+
+
+def policer_columns(path: Path, meta: dict, direction: str) -> dict:
+    """``policer_drops`` and ``policer_dropped_bytes`` of a trial (module docstring): read
+    only for a policed definition, so a trial of any other costs nothing."""
+    out = {"policer_drops": None, "policer_dropped_bytes": None}
+    model = (meta.get("definition") or {}).get("buffer_model", "")
+    if not str(model).startswith("policed"):
+        return out
+    try:
+        facts = delayline_facts(rawio.read_text(path, DELAYLINE_LOG))
+    except (*rawio.UNREADABLE, FileNotFoundError):
+        return out
+    d = ((facts or {}).get("police") or {}).get("ba" if direction == "uplink" else "ab") or {}
+    return {"policer_drops": d.get("drops"), "policer_dropped_bytes": d.get("drop_bytes")}
 
 
 def beyond_host_of(trial: Trial) -> str | None:
@@ -193,6 +247,8 @@ def trial_row(trial: Trial) -> dict:
     row["transport_rtt_mean_ms"], row["transport_rtt_samples"] = transport_rtt_of(path)
     loss = sender_loss_pct_of(path)
     row["sender_loss_pct"] = math.nan if loss is None else loss
+    row.update(live_columns(path))
+    row.update(policer_columns(path, meta, row["direction"]))
     health = meta.get("health") if isinstance(meta.get("health"), dict) else {}
     # judged by today's bounds, in the link's own units (trial.health, issue 57), not by those
     # in force when it was measured (`latency-divide rejudge` lists where the two differ)

@@ -60,6 +60,7 @@ CODE_MODULES = (
     "latency_divide.ops",
     "latency_divide.ops.admission",
     "latency_divide.parsers",
+    "latency_divide.parsers.live",
     "latency_divide.parsers.ping",
     "latency_divide.parsers.qlog",
     "latency_divide.parsers.queue",

@@ -25,7 +25,7 @@ from latency_divide.errors import LatencyDivideError
 from latency_divide.fsio import atomic_path
 
 #: Version of the table schemas below; bump on any change of columns, types or meaning.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 KEYS = ("definition_id", "household_id", "direction", "variant", "repetition")
@@ -93,6 +93,33 @@ TRIALS_SCHEMA = pa.schema(
         # before 2026-11-27) and the delay line's release window, µs (NaN: v1 or netem)
         ("instrument", pa.string()),
         ("delayline_window_us", pa.float64()),
+        # a live broadcast (docs/live.md; analysis.metrics.LIVE_COLUMNS, parsers.live has the
+        # definitions, Facebook's): its ABR (backlog | rate), the broadcast's length, Facebook's
+        # goodput (application bytes acknowledged / broadcast), application RTT of the pings on
+        # their own stream (priority) and queued behind the video (in-band), RTX overhead (bytes
+        # lost / bytes acknowledged, a ratio), the encoder's bitrate (time-weighted mean, rung
+        # changes), frames made, handed to the transport and dropped at the sender, and the
+        # frames' capture-to-receipt latency. Null for bulk trials.
+        ("live_abr", pa.string()),
+        ("broadcast_s", pa.float64()),
+        ("goodput_fb_kbps", pa.float64()),
+        ("app_rtt_mean_ms", pa.float64()),
+        ("app_rtt_p95_ms", pa.float64()),
+        ("app_rtt_inband_mean_ms", pa.float64()),
+        ("app_rtt_inband_p95_ms", pa.float64()),
+        ("rtx_overhead", pa.float64()),
+        ("bitrate_mean_kbps", pa.float64()),
+        ("bitrate_switches", pa.int64()),
+        ("frames_produced", pa.int64()),
+        ("frames_sent", pa.int64()),
+        ("frames_dropped", pa.int64()),
+        ("frames_dropped_pct", pa.float64()),
+        ("frame_latency_p50_ms", pa.float64()),
+        ("frame_latency_p95_ms", pa.float64()),
+        # a policed link (docs/policing.md): frames the delay line's policer dropped in the
+        # trial's direction, and their bytes; null when not policed (or the kernel policed)
+        ("policer_drops", pa.int64()),
+        ("policer_dropped_bytes", pa.int64()),
     ]
 )
 

@@ -74,7 +74,9 @@ def _num(v: str | None) -> float | int | None:
 def delayline_facts(log_text: str) -> dict[str, Any] | None:
     """The delay line's design, settings and wake-ups from its log (ready, stats and usage
     lines), or None without a ready line (netem, or no log). A delay line that does not name
-    its engine is 0.1's two-thread design."""
+    its engine is 0.1's two-thread design. On a link it polices, ``police``: per direction
+    (``ab`` gateway to client, the downlink; ``ba`` the uplink) the frames its policer dropped
+    and their bytes (None for a direction it does not police)."""
     ready = _READY.findall(log_text)
     if not ready:
         return None
@@ -92,6 +94,10 @@ def delayline_facts(log_text: str) -> dict[str, Any] | None:
         "rt_priority": _num(r.get("rt_priority")),
         "rx_timestamps": r.get("rx_timestamps"),
     }
+    if "police_ab_drops" in u:  # a policed link (docs/policing.md): the policer's drops
+        facts["police"] = {d: {"drops": _num(u.get(f"police_{d}_drops")),
+                               "drop_bytes": _num(u.get(f"police_{d}_drop_bytes"))}
+                           for d in ("ab", "ba")}
     stats = _STATS.findall(log_text)
     if stats and u:
         frames = sum(int(x) for x in stats[-1])
