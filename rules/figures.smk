@@ -61,3 +61,36 @@ rule analysis:
         DEPTH_TARGETS,
         ANSWER_TARGETS,
     localrule: True
+
+
+# A live run's figure (analysis.live_figures, docs/live.md): the ABR's bitrate and the bottleneck
+# queue of one broadcast per variant; only for a config with live variants (tool.app, a
+# variant's app), so every other config's DAG is as it was.
+LIVE_VARIANTS = [v.name for v in CFG.variants if "-app=live" in CFG.tool_for(v).args]
+
+if LIVE_VARIANTS:
+
+    rule live_figures:
+        input:
+            trials=TABLE_FILES["trials"],
+            queue=TABLE_FILES["queue"],
+        output:
+            pdf=report("results/figures/live_bitrate_queue.pdf",
+                       caption="../workflow/report/live_bitrate_queue.rst", category="Figures",
+                       subcategory="live_bitrate_queue", labels={"figure": "live_bitrate_queue",
+                                                                 "format": "PDF"}),
+            png="results/figures/live_bitrate_queue.png",
+            provenance="results/figures/live_bitrate_queue.provenance.json",
+        params:
+            household_order=[int(h) for h in HOUSEHOLDS],
+        conda:
+            "../envs/analysis.yaml"
+        log:
+            "logs/figures/live_figures.log",
+        localrule: True
+        script:
+            "../workflow/scripts/live_figures.py"
+
+    TARGET_FUNCTIONS.append(lambda: ["results/figures/live_bitrate_queue.pdf",
+                                     "results/figures/live_bitrate_queue.png",
+                                     "results/figures/live_bitrate_queue.provenance.json"])

@@ -81,16 +81,17 @@ def test_live_quick_config_makes_live_trials_with_their_abr_window_and_flags():
 
 def test_window_seed_and_a_bulk_variant_in_a_live_config():
     raw = _raw()
-    raw["tool"]["window_bytes"] = 65536            # set: kept, even for live
+    raw["tool"]["window_bytes"] = 8 << 20          # set: kept
     raw["tool"]["app"]["seed"] = 7
     raw["variants"].append({"name": "cubic-bulk", "cc": "cubic", "app": {"kind": "bulk"}})
     cfg = load_config(raw)
-    assert cfg.tool_for(cfg.variant("cubic-rate")).window_bytes == 65536
+    assert cfg.tool_for(cfg.variant("cubic-rate")).window_bytes == 8 << 20
     assert cfg.tool_for(cfg.variant("cubic-rate")).args == ("-app=live", "-abr=rate", "-seed=7")
     assert cfg.tool_for(cfg.variant("cubic-bulk")).args == ()
-    del raw["tool"]["window_bytes"]
+    del raw["tool"]["window_bytes"]                # unset: each app's default
     cfg = load_config(raw)
-    assert cfg.tool_for(cfg.variant("cubic-bulk")).window_bytes == 65536  # bulk's default
+    assert cfg.tool_for(cfg.variant("cubic-rate")).window_bytes == LIVE_WINDOW_BYTES
+    assert cfg.tool_for(cfg.variant("cubic-bulk")).window_bytes == 65536
     # a bulk variant in a live config is the bulk definition of the same settings
     bulk = copy.deepcopy(raw)
     del bulk["tool"]["app"]
@@ -102,7 +103,7 @@ def test_window_seed_and_a_bulk_variant_in_a_live_config():
     ("tool", {"kind": "live", "abr": "bola"}, "tool.app.abr = 'bola': 'bola' is not one of "
                                               "['backlog', 'rate']"),
     ("variant", {"kind": "live", "abr": "bbr"}, "variants[0].app.abr = 'bbr'"),
-    ("tool", {"kind": "live"}, "tool.app: kind live needs abr (backlog or rate)"),
+    ("tool", {"kind": "live"}, "tool.app: 'abr' is a required property"),
     ("tool", {"kind": "bulk", "abr": "rate"}, "abr and seed apply to kind live only"),
     ("tool", {"kind": "video", "abr": "rate"}, "tool.app.kind = 'video'"),
     ("tool", {"kind": "live", "abr": "rate", "seed": -1}, "tool.app.seed = -1"),
@@ -117,6 +118,24 @@ def test_bad_app_is_refused_naming_key_and_value(where, app, named):
     with pytest.raises(ConfigError) as e:
         load_config(raw)
     assert named in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["tool", "variant"])
+def test_a_window_that_caps_a_live_bitrate_is_refused(where):
+    """config.yaml's 65536, which Snakemake merges into a --configfile's keys, among them."""
+    raw = _raw()
+    if where == "tool":
+        raw["tool"]["window_bytes"] = 65536
+    else:
+        raw["variants"][2]["window_bytes"] = 1 << 20
+    with pytest.raises(ConfigError, match=r"variant 'cubic-(rate|backlog)': window_bytes "
+                                          r"(65536|1048576): a live app needs at least 4194304"):
+        load_config(raw)
+    from snakemake.utils import update_config  # as the workflow reads --configfile
+
+    merged = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(merged, _raw())
+    assert _ids(load_config(merged)) == _ids(load_config(LIVE_QUICK))
 
 
 def test_live_needs_tquic_perf():
@@ -136,3 +155,114 @@ def test_population_live_configs(name):
     assert all(cfg.tool_for(v).args[:2] == ("-app=live", "-abr=rate") for v in cfg.variants)
     assert cfg.buffer_model == ("mba-2014" if "buffers" in name else "qfactor")
     assert math.isclose(cfg.tool_for(cfg.variants[0]).window_bytes, 4194304)
+
+
+# --- the trials table: a real live trial on a policed link, and bulk trials ----------------------
+
+#: Every new column of the trials table and its range on the trial below (11406's uplink:
+#: 1150 kbit/s, 67 ms; a 8 s broadcast on a policed link, so the policer drops too).
+LIVE_RANGES = {
+    "broadcast_s": (7.5, 10.0), "goodput_fb_kbps": (100, 1.1 * 1150),
+    "app_rtt_mean_ms": (0.9 * 67, 2000), "app_rtt_p95_ms": (0.9 * 67, 5000),
+    "app_rtt_inband_mean_ms": (0.9 * 67, 10000), "app_rtt_inband_p95_ms": (0.9 * 67, 20000),
+    "rtx_overhead": (0, 5), "bitrate_mean_kbps": (145, 4000), "bitrate_switches": (0, 1000),
+    "frames_produced": (200, 320), "frames_sent": (1, 320), "frames_dropped": (0, 320),
+    "frames_dropped_pct": (0, 100), "frame_latency_p50_ms": (0.9 * 67 / 2, 5000),
+    "frame_latency_p95_ms": (0.9 * 67 / 2, 10000), "policer_drops": (1, 10**6),
+    "policer_dropped_bytes": (1000, 10**9), "transport_rtt_mean_ms": (0.9 * 67, 5000),
+}
+
+
+@pytest.mark.netns
+def test_a_real_live_trial_has_every_new_column_in_range(tmp_path, capsys):
+    from latency_divide.analysis.metrics import LIVE_COLUMNS, summarize_trial
+    from latency_divide.analysis.schemas import TRIALS_SCHEMA
+    from latency_divide.cli import main as cli_main
+    from netns_util import require_programs
+
+    require_programs("ip", "tc", "ethtool")
+    rc = cli_main(["trial", "11406", "--direction", "uplink", "--cc", "copa", "--delta", "0.04",
+                   "--duration", "8", "--idle", "2", "--app", "live", "--abr", "rate",
+                   "--buffer-model", "policed-5ms", "--out", str(tmp_path)])
+    assert rc == 0
+    d = next(tmp_path.glob("def-*/11406/uplink/copa-0.04/rep1"))
+    row = summarize_trial(d)
+    assert row["live_abr"] == "rate" and row["health_verdict"] in ("pass", "fail")
+    for col, (lo, hi) in LIVE_RANGES.items():
+        assert row[col] is not None and lo <= row[col] <= hi, (col, row[col])
+    assert set(LIVE_COLUMNS) | {"policer_drops", "policer_dropped_bytes"} <= set(
+        TRIALS_SCHEMA.names)
+    assert row["frames_sent"] + row["frames_dropped"] <= row["frames_produced"]
+    assert row["app_rtt_inband_mean_ms"] >= 0.9 * row["app_rtt_mean_ms"]
+    meta = __import__("json").loads((d / "meta.json").read_text())
+    assert meta["tool"]["args"] == ["-app=live", "-abr=rate", "-seed=1"]
+    assert meta["tool"]["window_bytes"] == 4194304
+    print("live trial:", {k: row[k] for k in ("goodput_fb_kbps", "rtx_overhead",
+                                              "bitrate_mean_kbps", "policer_drops")})
+
+
+def test_bulk_trials_have_null_live_and_policer_columns():
+    from latency_divide.analysis.metrics import LIVE_COLUMNS, summarize_trial
+
+    from conftest import TEST_DATA
+
+    dirs = sorted(p.parent for p in (TEST_DATA / "trials").glob("def-*/*/*/*/rep*/meta.json"))
+    assert dirs
+    for d in dirs[:3]:
+        row = summarize_trial(d)
+        assert all(row[k] is None for k in (*LIVE_COLUMNS, "policer_drops",
+                                             "policer_dropped_bytes")), d
+
+
+def test_a_live_trial_with_a_broken_report_is_left_out_naming_it(tmp_path):
+    """A live sender.json without its receiver's report: the trial is invalid, not NaN."""
+    import shutil
+
+    from latency_divide.analysis.metrics import live_columns
+    from latency_divide.analysis.reader import TrialInvalid
+
+    from conftest import TEST_DATA
+
+    (tmp_path / "sender.json").write_text((TEST_DATA / "live-rate-sender.json").read_text())
+    with pytest.raises(TrialInvalid, match="live broadcast: .*receiver.json"):
+        live_columns(tmp_path)
+    shutil.copy(TEST_DATA / "live-rate-receiver.json", tmp_path / "receiver.json")
+    row = live_columns(tmp_path)
+    assert row["live_abr"] == "rate" and row["goodput_fb_kbps"] > 0
+
+
+def test_live_figure_frame_and_plot_from_captured_reports():
+    import pandas as pd
+
+    from latency_divide.analysis import live_figures as lf
+    from latency_divide.parsers.live import bitrate_timeline, parse_live_trial
+
+    from conftest import TEST_DATA
+
+    rows, timelines, queue = [], {}, []
+    for i, abr in enumerate(("backlog", "rate")):
+        snd = (TEST_DATA / f"live-{abr}-sender.json").read_text()
+        live = parse_live_trial(snd, (TEST_DATA / f"live-{abr}-receiver.json").read_text())
+        path = f"results/raw/def-000000000{i}/11406/uplink/cubic-{abr}/rep1"
+        rows.append({"household_id": 11406, "direction": "uplink", "variant": f"cubic-{abr}",
+                     "cc": "cubic", "delta": math.nan, "repetition": 1, "trial_path": path,
+                     "live_abr": abr, "broadcast_s": live["broadcast_s"]})
+        timelines[path] = bitrate_timeline(snd)
+        queue.append(pd.DataFrame({"household_id": 11406, "direction": "uplink",
+                                   "variant": f"cubic-{abr}", "repetition": 1,
+                                   "t_s": [0.0, 0.1, 0.2], "backlog_bytes": [0, 5000, 2500],
+                                   "during_transfer": True}))
+    trials = pd.DataFrame(rows + [{**rows[0], "household_id": 11750, "variant": "bulk",
+                                   "live_abr": None}])
+    used = lf.live_trials(trials, order=[11750, 11406])
+    assert list(used["variant"]) == ["cubic-backlog", "cubic-rate"]  # 11750 has no live trial
+    frame = lf.live_frame(used, pd.concat(queue), timelines)
+    for abr in ("backlog", "rate"):
+        b = frame[(frame["variant"] == f"cubic-{abr}") & (frame["metric"] == lf.BITRATE)]
+        assert len(b) == len(timelines[used["trial_path"].iloc[0 if abr == "backlog" else 1]]) + 1
+        assert b["t_s"].iloc[-1] == pytest.approx(rows[0 if abr == "backlog" else 1]["broadcast_s"])
+        q = frame[(frame["variant"] == f"cubic-{abr}") & (frame["metric"] == lf.QUEUE)]
+        assert list(q["value"]) == [0.0, 5.0, 2.5]  # KB
+    lf.live_plot(frame, trials, 11406, "uplink").draw()
+    with pytest.raises(lf.FigureError, match="no live trial"):
+        lf.live_trials(trials[trials["live_abr"].isna()])

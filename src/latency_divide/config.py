@@ -1,8 +1,7 @@
 """The run configuration: config/config.yaml checked against config/schema.yaml, then the
 semantic checks a schema cannot express. ``load_config`` is the one source of truth; the
 Snakefile calls it so that errors read the same everywhere. ``config_hash`` is the hash of a
-configuration that every trial records (meta.json ``config_hash``).
-"""
+configuration that every trial records (meta.json ``config_hash``)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import functools
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,10 +39,8 @@ def app_args(app: Mapping[str, Any] | None, key: str = "tool.app") -> tuple[str,
         if app and ({"abr", "seed"} & set(app)):
             raise ConfigError(f"config: {key}: abr and seed apply to kind live only, not bulk")
         return ()
-    if "abr" not in app:
-        raise ConfigError(f"config: {key}: kind live needs abr (backlog or rate)")
     limits.check("seed", app.get("seed", 1), f"config: {key}.seed")
-    return ("-app=live", f"-abr={app['abr']}", f"-seed={app.get('seed', 1)}")
+    return ("-app=live", f"-abr={app.get('abr', 'backlog')}", f"-seed={app.get('seed', 1)}")
 
 
 @dataclass(frozen=True)
@@ -115,15 +112,13 @@ class Config:
     #: config files of data sets analysed beside this run (analysis.companions)
     companions: tuple[str, ...] = ()
     #: buckets whose repetitions differ from trial.repetitions
-    repetitions_by_bucket: Mapping[str, tuple[int, ...]] = dataclasses.field(
-        default_factory=dict)
+    repetitions_by_bucket: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: households.population_sample, if the households are a population draw (then ``buckets``
     #: hold the drawn households as ``ids``, as if the config had listed them)
     population: PopulationSample | None = None
     #: households whose repetitions differ from their bucket's and trial.repetitions (the
     #: population sample's ``repeat`` share)
-    repetitions_by_household: Mapping[int, tuple[int, ...]] = dataclasses.field(
-        default_factory=dict)
+    repetitions_by_household: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     #: the bottleneck FIFO's model (links.buffers): qfactor x BDP, or a measured one
     buffer_model: str = buffers.DEFAULT_MODEL
     #: the figures `snakemake all` draws of this run: figures.draw, else every drawable one
@@ -359,7 +354,7 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         repetitions=_repetition_numbers(t["repetitions"], "config: trial.repetitions"),
         ping_interval_s=float(t["ping_interval_s"]), retries=t["retries"],
         queue_interval_s=float(t["queue_interval_s"]), order=t.get("order", "sweep"))
-    return Config(
+    cfg = Config(
         seed=hh["seed"], buckets=buckets, qfactor=float(raw["qfactor"]),
         directions=tuple(raw["directions"]), variants=tuple(variants), trial=trial, tool=tool,
         testbed=testbed, households_by_bucket={k: tuple(v) for k, v in by_bucket.items()},
@@ -370,6 +365,11 @@ def load_config(source: str | Path | Mapping[str, Any], data: str | Path | None 
         population=population, repetitions_by_household=repetitions_by_household,
         buffer_model=buffer_model, app=app,
         figures=drawable if wanted is None else tuple(f for f in drawable if f in wanted))
+    for v in variants:  # e.g. config.yaml's 65536, which Snakemake merges into a --configfile's
+        if "-app=live" in (t := cfg.tool_for(v)).args and t.window_bytes < LIVE_WINDOW_BYTES:
+            raise ConfigError(f"config: variant {v.name!r}: window_bytes {t.window_bytes}: a live"
+                              f" app needs at least {LIVE_WINDOW_BYTES} (less caps its bitrate)")
+    return cfg
 
 
 def drawable_figures(ccs: set[str], population: bool) -> tuple[str, ...]:
