@@ -49,8 +49,12 @@ from latency_divide.cli.ops import (
 from latency_divide.cli.testbed import (
     _clean,
     _clean_args,
+    _host_probe,
+    _host_probe_args,
     _provision,
     _provision_args,
+    _stalls,
+    _stalls_args,
     _trial,
     _trial_args,
 )
@@ -90,6 +94,10 @@ COMMANDS: dict[str, Command] = {
                      _trial_args, _trial),
     "provision": Command("prepare SSH testbed nodes (packages, our tools)", _provision_args,
                          _provision),
+    "stalls": Command("run a command with the stall injector taking the CPUs in bursts (a noisy "
+                      "host on demand; tools/hostprobe)", _stalls_args, _stalls),
+    "host-probe": Command("what this host's wake-ups cost and how late they come (hostprobe)",
+                          _host_probe_args, _host_probe),
     "clean": Command("remove our namespaces and processes left by a killed run", _clean_args,
                      _clean),
     "host-check": Command("measure this host (once per boot) and say what it holds of a run: "

@@ -1,6 +1,7 @@
 """Subcommands of the testbed and trial stages: ``trial`` (one trial, local or over SSH),
-``clean`` (our leftovers: namespaces, records, temporary trial directories, SSH trials) and
-``provision`` (SSH nodes). Registered in cli.COMMANDS."""
+``clean`` (our leftovers: namespaces, records, temporary trial directories, SSH trials),
+``provision`` (SSH nodes), ``stalls`` (a command beside the stall injector) and
+``host-probe`` (the host probe). Registered in cli.COMMANDS."""
 
 from __future__ import annotations
 
@@ -196,3 +197,69 @@ def _provision(args) -> int:
             write_sentinel(out, facts)
             print(out)
     return 0
+
+
+def _stalls_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duty", type=float, help="the fraction of each CPU the bursts take, in "
+                   "(0, 0.5] (default 0.015: issue 57's noisy host)")
+    p.add_argument("--short", metavar="LO..HI", help="short bursts' lengths (default 300us..2ms)")
+    p.add_argument("--long", metavar="LO..HI", help="long bursts' lengths (default 5ms..25ms)")
+    p.add_argument("--long-fraction", type=float, metavar="F",
+                   help="the probability that a burst is long (default 0.1)")
+    p.add_argument("--seed", type=int, help="the bursts' seed (default: from the clock)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
+                   help="the command run while the injector steals the CPUs")
+
+
+def _stalls(args) -> int:
+    """COMMAND with stallinject beside it; the command's exit status (128 + N when a signal
+    N ended it, 130 on Ctrl-C); the injector stops in ``finally``."""
+    import signal
+    import subprocess
+
+    from latency_divide.testbed.runners import interrupt_on_sigterm
+    from latency_divide.testbed.stalls import injecting
+
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        raise ConfigError("stalls: no command given (latency-divide stalls [OPTIONS] -- COMMAND "
+                          "[ARGS...])")
+    params = {"duty": args.duty, "short": args.short, "long": args.long,
+              "long_fraction": args.long_fraction, "seed": args.seed}
+    interrupt_on_sigterm()
+    with injecting(**params) as inj:
+        print(f"stalls: stallinject pid {inj.pid} ({' '.join(inj.argv[1:])})", file=sys.stderr)
+        try:
+            child = subprocess.Popen(cmd)
+        except OSError as e:
+            raise ConfigError(f"stalls: cannot run {cmd[0]!r}: {e}") from None
+        try:
+            rc = child.wait()
+        except KeyboardInterrupt:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            rc = 130
+    print(f"stalls: {' '.join(f'{k}={v}' for k, v in inj.done.items())}", file=sys.stderr)
+    return 128 - rc if rc < 0 else rc
+
+
+def _host_probe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="the measurement's length, 1 to 600 s (default 20)")
+    p.add_argument("--json", action="store_true", help="hostprobe's JSON document (schema "
+                   "hostprobe/1, tools/hostprobe/README.md) instead of its table")
+
+
+def _host_probe(args) -> int:
+    from latency_divide.testbed.runners import LocalRunner
+    from latency_divide.testbed.stalls import hostprobe_argv
+
+    res = LocalRunner().run(hostprobe_argv(args.seconds, args.json), check=False,
+                            timeout=args.seconds + 60)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    return res.returncode
