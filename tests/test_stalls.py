@@ -202,3 +202,14 @@ def test_a_spec_gives_checked_parameters():
                         ("cpus=4095", "CPU 4095")]:
         with pytest.raises(ConfigError, match=re.escape(named)):
             stalls.params_from_spec(spec)
+
+
+def test_the_stalls_command_refuses_a_bad_value_before_running_anything(tmp_path):
+    marker = tmp_path / "ran"
+    res = _stalls_cli("--duty", "0.9", "--", "touch", str(marker))
+    assert res.returncode == 1
+    assert "duty 0.9" in res.stderr and "(0, 0.5]" in res.stderr
+    assert not marker.exists()
+    assert "stallinject pid" not in res.stderr
+    nothing = _stalls_cli("--duty", "0.05")
+    assert nothing.returncode == 1 and "no command given" in nothing.stderr
