@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -173,6 +174,7 @@ LIVE_RANGES = {
 }
 
 
+@pytest.mark.slow  # 12 s alone; on a busy host its health check may measure it again alone
 @pytest.mark.netns
 def test_a_real_live_trial_has_every_new_column_in_range(tmp_path, capsys):
     from latency_divide.analysis.metrics import LIVE_COLUMNS, summarize_trial
@@ -266,3 +268,87 @@ def test_live_figure_frame_and_plot_from_captured_reports():
     lf.live_plot(frame, trials, 11406, "uplink").draw()
     with pytest.raises(lf.FigureError, match="no live trial"):
         lf.live_trials(trials[trials["live_abr"].isna()])
+
+
+# --- the small live sweep, as a researcher runs it (slow) ---------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_live_quick_sweep_through_snakemake(tmp_path):
+    """`snakemake --cores 1 all --configfile config/live-quick.yaml` in a scratch copy of the
+    workflow (its files linked, as tests/test_quickstart.py does): 8 broadcasts of 30 s, the
+    trials table with Facebook's metrics per broadcast, and the live figure."""
+    import os
+    import subprocess
+    import time
+
+    from conftest import VENV_BIN
+
+    wf = tmp_path / "wf"
+    wf.mkdir()
+    for item in ("Snakefile", "rules", "workflow", "config", "envs", "resources", "profiles",
+                 ".venv"):
+        (wf / item).symlink_to(ROOT / item)
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    t0 = time.monotonic()
+    res = subprocess.run([str(VENV_BIN / "snakemake"), "--cores", "1", "all", "--configfile",
+                          "config/live-quick.yaml"], cwd=wf, env=env, capture_output=True,
+                         text=True, timeout=1800)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    check_live_sweep(wf, took)
+
+
+def check_live_sweep(wf: Path, took: float) -> None:
+    """The tables and figures of a live-quick sweep in workflow directory ``wf``: every
+    broadcast's columns in range, the live figure and its provenance; prints the numbers."""
+    import json
+    import os
+
+    import pyarrow.parquet as pq
+
+    from latency_divide.analysis.metrics import LIVE_COLUMNS
+
+    tables = wf / "results" / "tables"
+    trials = pq.read_table(tables / "trials.parquet").to_pandas()
+    excluded = pq.read_table(tables / "exclusions.parquet").to_pandas()
+    assert len(trials) + len(excluded) == 8, excluded["reason"].tolist()
+    assert len(trials) >= 4, excluded["reason"].tolist()
+    cfg = load_config(LIVE_QUICK)
+    for r in trials.to_dict("records"):
+        abr = cfg.tool_for(cfg.variant(r["variant"])).args[1].split("=")[1]
+        assert r["live_abr"] == abr and r["direction"] == "uplink"
+        assert r["window_bytes"] == 4194304
+        for col in LIVE_COLUMNS:
+            assert r[col] is not None and not (isinstance(r[col], float)
+                                               and math.isnan(r[col])), (col, r["trial_path"])
+        cap = r["capacity_kbps"]
+        assert 29 <= r["broadcast_s"] <= 33
+        assert 0.05 * cap <= r["goodput_fb_kbps"] <= 1.1 * cap, r
+        assert 145 <= r["bitrate_mean_kbps"] <= 4000
+        assert 0 <= r["rtx_overhead"] < 1 and 0 <= r["frames_dropped_pct"] <= 100
+        assert 850 <= r["frames_produced"] <= 30 * 33
+        assert r["base_rtt_ms"] * 0.9 <= r["app_rtt_mean_ms"] <= r["app_rtt_inband_mean_ms"] * 1.1
+        assert r["base_rtt_ms"] * 0.9 <= r["transport_rtt_mean_ms"] < 5000
+        assert r["base_rtt_ms"] / 2 * 0.9 <= r["frame_latency_p50_ms"] <= r["frame_latency_p95_ms"]
+        assert math.isnan(r["policer_drops"])  # not policed
+    figs = wf / "results" / "figures"
+    for name in ("live_bitrate_queue", "delay_tput", "timeseries"):
+        for ext in ("pdf", "png", "provenance.json"):
+            assert (figs / f"{name}.{ext}").stat().st_size > 0
+    prov = json.loads((figs / "live_bitrate_queue.provenance.json").read_text())
+    assert {t["variant"] for t in prov["trials"]} <= set(cfg.variant_names())
+    assert len({t["household_id"] for t in prov["trials"]}) == 1
+    cols = ["household_id", "variant", "health_verdict", "goodput_fb_kbps", "bitrate_mean_kbps",
+            "bitrate_switches", "app_rtt_mean_ms", "app_rtt_inband_mean_ms",
+            "transport_rtt_mean_ms", "rtx_overhead", "frames_dropped", "frame_latency_p50_ms",
+            "frame_latency_p95_ms", "self_delay_mean_ms"]
+    print(f"\nlive-quick sweep: {took:.0f} s, {len(trials)} trials, {len(excluded)} excluded")
+    print(trials.sort_values(["household_id", "variant"])[cols].to_string(index=False))
+    keep = os.environ.get("LIVE_SWEEP_KEEP")  # a directory to keep the tables and figure in
+    if keep:
+        import shutil
+
+        shutil.copytree(tables, Path(keep) / "tables", dirs_exist_ok=True)
+        shutil.copytree(figs, Path(keep) / "figures", dirs_exist_ok=True)
