@@ -90,8 +90,12 @@ def measure(state: str, duty: float | None, out: Path, parallel: int, seed: int)
     finally:
         if inj is not None:
             inj.terminate()
+            try:
+                inj.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                inj.kill()  # it must not outlive the state it was started for
+                inj.wait()
             print(f"  {state}: stall injector: {inj.stderr.read().strip()}", flush=True)
-            inj.wait()
 
 
 def rows_of(state: str, out: Path, refs: dict) -> list[dict]:
