@@ -120,6 +120,32 @@ def rows_of(state: str, out: Path, refs: dict) -> list[dict]:
     return rows
 
 
+#: The fractions of a packet time the fit tries (trial.health.BOUNDS' per_packet), each with
+#: the floors of the bounds.
+WAIT_FRACTIONS = (0.01, 0.02, 0.03, 0.05)
+LATE_FRACTIONS = (0.5, 1.0, 2.0, 3.0)
+
+
+def fit(rows: list[dict], states: list[str]) -> None:
+    """Per pair of fractions: in each state, how many trials the verdict would keep, and how
+    many of those disagree with both published repetitions (the fit: none, and as many kept as
+    can be)."""
+    floor_w, floor_l = OLD["tool_wait_per_slice_us"], OLD["delayline_late_p99_us"]
+    print("\nthe fit: wait and lateness fractions of a packet time -> per state, kept of all "
+          "(kept but disagreeing)")
+    for fw in WAIT_FRACTIONS:
+        for fl in LATE_FRACTIONS:
+            cells = []
+            for state in states:
+                rs = [r for r in rows if r["state"] == state]
+                kept = [r for r in rs
+                        if (r["wait_us"] or 0) <= max(floor_w, fw * r["packet_us"])
+                        and (r["late_p99_us"] or 0) <= max(floor_l, fl * r["packet_us"])]
+                cells.append(f"{state} {len(kept)}/{len(rs)} "
+                             f"({sum(r['agrees'] is False for r in kept)})")
+            print(f"  wait {fw:4.2f} late {fl:3.1f}:  " + "  ".join(cells))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--states", default="quiet,default,x3",
@@ -129,7 +155,13 @@ def main() -> int:
     ap.add_argument("--raw", type=Path, default=ROOT / "results" / "raw",
                     help="the published raw data (dvc pull)")
     ap.add_argument("--json", type=Path, help="also write every row here")
+    ap.add_argument("--rows", type=Path, help="fit the rows of an earlier run's --json "
+                    "instead of measuring")
     a = ap.parse_args()
+    if a.rows:
+        rows = json.loads(a.rows.read_text())
+        fit(rows, list(dict.fromkeys(r["state"] for r in rows)))
+        return 0
     if (rc := trial_preconditions()) is not None:
         return rc
     states = a.states.split(",")
@@ -164,6 +196,7 @@ def main() -> int:
             bad = [r for r in kept if r["agrees"] is False]
             print(f"  {state:8s} {which}: {len(kept)} of {len(rs)} pass, {len(bad)} of those "
                   f"disagree; {sum(r['agrees'] is False for r in rs)} disagree in all")
+    fit(rows, states)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -12,8 +12,8 @@ The rules, each in the units the record measures:
 * **a trial's real-time cores** = admission.spec_rt_cores with the record's cost factor.
   Above the capacity, the host cannot hold the link even alone.
 * **lateness**: a link tolerates the wake-up lateness its health verdict allows the delay line
-  (trial.health.bound_for: max(1 ms, half a packet time at its bottleneck, 1500 B x 8 / rate),
-  so 6 ms at 1 Mbit/s and 1 ms from 6 Mbit/s up). The record's lateness is the p99
+  (trial.health.bound_for: max(1 ms, two packet times at its bottleneck, 1500 B x 8 / rate),
+  so 24 ms at 1 Mbit/s and 1 ms from 24 Mbit/s up). The record's lateness is the p99
   at the probe's gap nearest that packet time (log scale; the delay line wakes once per frame
   time) among the gaps measured with at least MIN_WAKEUPS_P99 wake-ups per CPU (fewer make the
   p99 a maximum), the worst of the CPUs measured (a trial may land on any).

@@ -39,12 +39,16 @@ from pathlib import Path
 #: (bench/bench_fidelity_tail.py): fast links keep them, since there a packet time is shorter
 #: than what the host's wake-ups cost and the floors held every published fast link within the
 #: per-trial fidelity bounds; a slow link may wait and be late by a fixed fraction of its packet
-#: time, which disturbs neither its goodput nor what a ping or Copa sees of its queue
-#: (bench/bench_verdict_fit.py fits the fractions; docs/emulation.md "Emulation health").
+#: time, which disturbs neither its goodput nor what a ping or Copa sees of its queue.
+#: bench/bench_verdict_fit.py fitted the fractions (2026-12-01, 42 trials of the paper in three
+#: host states against both published repetitions; docs/emulation.md "Emulation health"): every
+#: trial that waited 0.032-0.045 packet times per wake-up disagreed with both repetitions (2
+#: Mbit/s Copa δ 0.8 downlinks at 254-277 µs, 0.7 Mbit/s uplinks at 525-638 µs), every one that
+#: waited up to 0.024 agreed; a lateness p99 up to 2 packet times agreed in every trial.
 BOUNDS: dict[str, tuple[str, float, float | None, str]] = {
-    "tool_wait_per_slice_us": ("max", 150.0, 0.05, "the tool ends' mean run-queue wait per "
+    "tool_wait_per_slice_us": ("max", 150.0, 0.02, "the tool ends' mean run-queue wait per "
                                "wake-up, µs"),
-    "delayline_late_p99_us": ("max", 1000.0, 0.5, "the delay line's release lateness p99, µs"),
+    "delayline_late_p99_us": ("max", 1000.0, 2.0, "the delay line's release lateness p99, µs"),
     "queue_samples_pct": ("min", 90.0, None, "queue samples taken during the transfer, % of "
                           "those due"),
 }
