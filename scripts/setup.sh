@@ -74,5 +74,5 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 log "building the Rust tools (first build compiles BoringSSL: ~3 min)"
-cargo build --release --locked --quiet -p tquic-perf -p delayline -p qsampler
-log "ready: .venv/bin/latency-divide, target/release/tquic-perf, target/release/delayline, target/release/qsampler"
+cargo build --release --locked --quiet -p tquic-perf -p delayline -p qsampler -p hostprobe
+log "ready: .venv/bin/latency-divide, target/release/tquic-perf, target/release/delayline, target/release/qsampler, target/release/hostprobe, target/release/stallinject"
