@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 # the Rust tools' own tests (the delay line's schedule, the tool's batching and fallbacks, the
 # native queue sampler's netlink parsing)
 cargo test --release --locked --quiet --workspace
-exec .venv/bin/python -m pytest -ra "$@"
+exec .venv/bin/python -m pytest -ra --durations=25 "$@"
