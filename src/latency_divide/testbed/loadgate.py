@@ -94,6 +94,7 @@ def _locked():
             state = json.loads(path.read_text())
         except (OSError, ValueError):
             state = {}
+        before = json.dumps(state, indent=1, sort_keys=True)
         state.setdefault("running", {})
         # holders that died (their PID gone, or reused by another process)
         state["running"] = {k: v for k, v in state["running"].items()
@@ -102,9 +103,11 @@ def _locked():
                 _started(int(state["exclusive_waiting"].split(":")[0])) is None:
             state["exclusive_waiting"] = None
         yield state
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        after = json.dumps(state, indent=1, sort_keys=True)
+        if after != before or not path.exists():  # a waiting trial's look writes nothing
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            tmp.write_text(after)
+            os.replace(tmp, path)
 
 
 def _load(state: dict) -> float:
