@@ -16,6 +16,7 @@ from latency_divide.data.households import get_household
 from latency_divide.errors import ConfigError
 from latency_divide.testbed import loadgate, netns
 from latency_divide.trial import health as H
+from latency_divide.trial.rawio import full_meta
 from latency_divide.trial.spec import TrialSpec
 
 from conftest import ROOT, VENV_BIN
@@ -163,9 +164,11 @@ def test_a_trial_failing_every_attempt_is_measured_once_more_alone(tmp_path, gat
     d = run_trial_with_retries(spec, tmp_path / "raw", retries=1, log=said.append,
                                expected_rt_cores=0.05, rt_ceiling=1.5)
     meta = json.loads((d / "meta.json").read_text())
-    assert meta["attempt"] == 3 and meta["health"]["verdict"] == "fail"
-    assert meta["admission"]["exclusive"] is True
-    assert meta["admission"]["why"].startswith("alone")
+    assert meta["attempt"] == 3 and meta["health"]["verdict"] == "fail" and meta["alone"]
+    admission = full_meta(d)["host"]["admission"]  # with the set-up records (setup.json)
+    assert admission["exclusive"] is True
+    assert admission["why"].startswith("alone")
+    assert (d / "meta.json").stat().st_size <= 4096
     assert any("alone, with nothing else measuring" in s for s in said)
     assert any("(the last alone)" in s for s in said)
     st = loadgate.state()

@@ -64,7 +64,7 @@ def test_the_run_summary_names_retries_alone_failures_steal_host_and_floor(tmp_p
         d = tmp_path / name
         d.mkdir()
         m = {"attempt": attempt, "cpu_s": {"sender": cpu / 2, "receiver": cpu / 2, "ping": None},
-             "admission": {"exclusive": alone},
+             **({"alone": True} if alone else {}),
              "executor": {"host_record": {"path": "results/host/vm-1234abcd.json",
                                           "cost_factor": 1.8}},
              "health": {"verdict": verdict, "steal_pct": steal,

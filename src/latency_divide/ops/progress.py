@@ -122,7 +122,7 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
             continue
         n += 1
         again += int(meta.get("attempt", 1)) > 1
-        alone += bool((meta.get("admission") or {}).get("exclusive"))
+        alone += bool(meta.get("alone"))
         cpu += sum(v for v in (meta.get("cpu_s") or {}).values() if isinstance(v, (int, float)))
         rec = (meta.get("executor") or {}).get("host_record") or {}
         if rec.get("path"):

@@ -23,8 +23,9 @@ The state is one JSON file in the testbed's state directory (``STATE_DIR/load-ga
 read and written under an flock, so it holds across Snakemake jobs; a holder that died is
 dropped (its PID and start time no longer match). ``LATENCY_DIVIDE_LOAD_GATE``: ``off`` (no
 gate), or a number of cores: a fixed cap, set by hand, that the feedback never moves (a budget
-set by hand still wins). Each trial's meta.json records what the gate said
-(``admission``: the cap and the load when it started, how long it waited, and why).
+set by hand still wins). Each trial records what the gate said with its set-up records
+(``host.admission`` in setup.json: the cap and the load when it started, how long it waited,
+and why; meta.json has ``alone: true`` for an attempt alone).
 """
 
 from __future__ import annotations

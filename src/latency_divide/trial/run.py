@@ -112,7 +112,8 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
     unless ``keep_unhealthy`` (the last attempt): then it is kept, with its verdict, and the
     analysis lists it among the exclusions. ``expected_rt_cores`` (ops.admission.spec_rt_cores)
     lets a slow trial run on one core (testbed.placement); None: it floats. ``admission``: what
-    the load gate said when it admitted the trial (testbed.loadgate), recorded in meta.json; its
+    the load gate said when it admitted the trial (testbed.loadgate), recorded with the host's
+    set-up records (``host.admission``; meta.json has ``alone`` for an attempt alone); its
     ``verdict`` is set to the trial's."""
     testbed = testbed or make_testbed("local")
     # what the testbed can do, asked before anything starts (not which kind it is)
@@ -134,8 +135,10 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
                     spec.tool.name) as where:
             meta = _run_in(spec, tmp, found, attempt, testbed)
         meta["placement"] = where
-        if admission is not None:
-            meta["admission"] = dict(admission)
+        if admission is not None:  # in setup.json with the host; meta.json keeps one flag
+            meta["host"]["admission"] = dict(admission)
+            if admission.get("exclusive"):
+                meta["alone"] = True
             admission["verdict"] = meta["health"]["verdict"]
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
             raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
@@ -269,6 +272,8 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
     trial_health = health(sched, dl_text, d / QUEUE_LOG, timing["transfer_started_unix"],
                           timing["transfer_ended_unix"], spec.queue_interval_s, cpu,
                           plan.shaper(spec.direction).rate_kbit, steal_pct)
+    for derived in ("bounds", "packet_time_us"):  # from the capacity: meta.json in 4 KiB
+        trial_health.pop(derived, None)
     measured_by = instrument(found["mechanism"], dl_text, snd_json, rcv_json, spec.tool.name,
                              found["tool_version"], topo.rx_napi)
 
