@@ -65,8 +65,6 @@ def test_the_run_summary_names_retries_alone_failures_steal_host_and_floor(tmp_p
         d.mkdir()
         m = {"attempt": attempt, "cpu_s": {"sender": cpu / 2, "receiver": cpu / 2, "ping": None},
              **({"alone": True} if alone else {}),
-             "executor": {"host_record": {"path": "results/host/vm-1234abcd.json",
-                                          "cost_factor": 1.8}},
              "health": {"verdict": verdict, "steal_pct": steal,
                         "reasons": [] if verdict == "pass" else
                         ["delayline_late_p99_us = 9000 > 6000 (lateness)"]}}
@@ -75,7 +73,8 @@ def test_the_run_summary_names_retries_alone_failures_steal_host_and_floor(tmp_p
 
     metas = [meta("a", "pass"), meta("b", "pass", attempt=2), meta("c", "fail", attempt=4,
                                                                   alone=True, steal=2.4)]
-    lines = health_report(metas, start, now=t0 + 180.0, cpu_count=2)
+    lines = health_report(metas, start, now=t0 + 180.0, cpu_count=2,
+                          host={"path": "results/host/vm-1234abcd.json", "cost_factor": 1.8})
     assert "3 trials measured in this run: 2 passed (2 of them measured more than once, 1 of " \
         "those alone at the end), 1 kept with a failed verdict" in lines[0]
     assert "results/host/vm-1234abcd.json (cost factor 1.8)" in lines[1]

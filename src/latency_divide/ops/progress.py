@@ -96,7 +96,8 @@ def progress(expected_metas: list[str | Path], start_file: Path | None, per_tria
 
 
 def health_report(metas: list[str | Path], start_file: Path | None = None,
-                  now: float | None = None, cpu_count: int | None = None) -> list[str]:
+                  now: float | None = None, cpu_count: int | None = None,
+                  host: dict | None = None) -> list[str]:
     """The end of a run (rules/trials.smk ``onsuccess``), in one summary: the trials measured
     in this run (meta.json ``health``, trial.health), how many passed, how many were measured
     again and how many of those alone, the host record they ran on (docs/host.md) and the wall
@@ -107,7 +108,6 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
     start = run_start(start_file) if start_file else None
     n = again = alone = 0
     cpu = 0.0
-    hosts: dict[str, str] = {}
     failed = []
     for m in metas:
         p = Path(m)
@@ -124,9 +124,6 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
         again += int(meta.get("attempt", 1)) > 1
         alone += bool(meta.get("alone"))
         cpu += sum(v for v in (meta.get("cpu_s") or {}).values() if isinstance(v, (int, float)))
-        rec = (meta.get("executor") or {}).get("host_record") or {}
-        if rec.get("path"):
-            hosts[rec["path"]] = f"cost factor {rec.get('cost_factor', '?')}"
         if h.get("verdict") == "fail":
             steal = h.get("steal_pct")
             took = (f"; the hypervisor took {steal:g} % of the CPU meanwhile"
@@ -139,8 +136,13 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
              f"{n - len(failed)} passed ({again} of them measured more than once, {alone} of "
              f"those alone at the end), {len(failed)} kept with a failed verdict and left out "
              "of the tables"]
-    lines.append("[latency-divide] host: " + ("; ".join(f"{k} ({v})" for k, v in hosts.items())
-                                              or "no host record (docs/host.md)"))
+    if host is None:
+        from latency_divide.testbed.hostrecord import meta_ref
+
+        host = meta_ref()  # this boot's record of this host, as the trials' setup.json name it
+    lines.append("[latency-divide] host: " + (
+        f"{host['path']} (cost factor {host.get('cost_factor', '?')})" if host.get("path")
+        else f"no host record (docs/host.md): {host.get('why', '?')}"))
     if start is not None:
         wall = (now or time.time()) - start
         floor = cpu / (cpu_count or os.cpu_count() or 1)

@@ -20,20 +20,15 @@ def live_topologies() -> int:
 
 def executor_info() -> dict:
     """Who ran this trial (meta.json ``executor``): a Slurm job (its id, array task and node,
-    from the job's environment) or this host directly (the local executor, the CLI); and
-    ``host_record``, the host check's record of the host that ran it (path, schema, cost
-    factor: testbed.hostrecord.meta_ref, docs/host.md)."""
+    from the job's environment) or this host directly (the local executor, the CLI)."""
     env = os.environ
-    ref = hostrecord.meta_ref()
-    ref.pop("schema", None)  # the record names its own; meta.json stays in one 4 KiB block
-    record = {"host_record": ref}
     if env.get("SLURM_JOB_ID"):
         return {"kind": "slurm", "job_id": env["SLURM_JOB_ID"],
                 "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
                 "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
                 "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
-                "cluster": env.get("SLURM_CLUSTER_NAME"), **record}
-    return {"kind": "local", "node": socket.gethostname(), **record}
+                "cluster": env.get("SLURM_CLUSTER_NAME")}
+    return {"kind": "local", "node": socket.gethostname()}
 
 
 def utc_now() -> str:
@@ -57,9 +52,13 @@ def cpu_model() -> str | None:
 
 
 def host_info() -> dict:
+    """The host that ran a trial (``host``, kept with the set-up records in setup.json), with
+    ``record``: the host check's record of it (path, schema, cost factor:
+    testbed.hostrecord.meta_ref, docs/host.md)."""
     return {"kernel": platform.release(), "hostname": socket.gethostname(),
             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "loadavg": list(os.getloadavg())}
+            "python": platform.python_version(), "loadavg": list(os.getloadavg()),
+            "record": hostrecord.meta_ref()}
 
 
 def process_started_unix(pid: int | str = "self") -> float | None:
