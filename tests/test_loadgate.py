@@ -76,6 +76,25 @@ def test_a_failed_verdict_halves_the_load_and_passes_raise_it_slowly(gate_dir):
         beside.wait()
 
 
+def test_a_stall_beside_others_leaves_the_cap_and_a_wait_halves_it(gate_dir):
+    """Only a failure its neighbours caused lowers the cap: a verdict broken on the delay
+    line's lateness alone (the host stalled the real-time thread for milliseconds: the stall
+    injector's bursts, the hypervisor) leaves it where it is, even with 0.6 cores beside it;
+    the same failure with the tool ends' wait broken halves it."""
+    ceiling = 1.5
+    beside = _holder(gate_dir, 0.6, ceiling, 30)
+    try:
+        loadgate.acquire("stalled", 0.2, ceiling)
+        fb = loadgate.release("fail", broken=["delayline_late_p99_us"])
+        assert fb["cap_after_cores"] == ceiling and "stall of the host" in fb["why"]
+        loadgate.acquire("crowded", 0.2, ceiling)
+        fb = loadgate.release("fail", broken=["delayline_late_p99_us", "tool_wait_per_slice_us"])
+        assert fb["cap_after_cores"] == pytest.approx(0.4)
+    finally:
+        beside.kill()
+        beside.wait()
+
+
 def test_the_lowered_cap_makes_the_next_trial_wait_until_room(gate_dir):
     ceiling = 1.5
     s = loadgate.state()

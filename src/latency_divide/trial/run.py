@@ -140,6 +140,7 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
             if admission.get("exclusive"):
                 meta["alone"] = True
             admission["verdict"] = meta["health"]["verdict"]
+            admission["broken"] = [r.split(" ", 1)[0] for r in meta["health"]["reasons"]]
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
             raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
                                  + "; ".join(meta["health"]["reasons"]))
