@@ -1,5 +1,5 @@
 """Snakemake script (rule buffers_answer): the population runs' percentile tables -> Facebook's
-table beside 2 x BDP and the measured buffers (latency_divide.analysis.answer)."""
+table beside 2 x BDP and the measured buffers, bulk and live (latency_divide.analysis.answer)."""
 import logging
 
 from latency_divide.analysis.answer import build_answer

@@ -8,7 +8,11 @@ Definitions (all pure functions; :func:`write_percentiles` is the only I/O):
   (a null ``transport_rtt_mean_ms``) are left out of the mean, and a household with no value
   at all has none (NaN). Metrics are trials-table columns, units in their names
   (:data:`METRICS`: transport RTT, application RTT under load = ping RTT during the transfer,
-  goodput).
+  goodput). A run of live broadcasts (a trial with a ``live_abr``) has Facebook's own
+  per-broadcast metrics too (:data:`LIVE_METRICS`, :func:`metrics_for`; docs/live.md): its
+  goodput, application RTT of the priority and of the in-band pings, and RTX overhead, which
+  may be 0 (:data:`ZERO_ALLOWED`: a change against a Cubic percentile of 0 is +inf, or NaN
+  when both are 0).
 - **Weighted percentile** (:func:`weighted_percentiles`): the weighted inverted CDF
   (Hyndman & Fan type 1 with weights). With the values sorted, x_(1) <= ... <= x_(n), and
   w_(i) their weights (> 0), the p-th percentile is the smallest x_(k) whose cumulative weight
@@ -81,6 +85,13 @@ PERCENTILES: tuple[float, ...] = (10, 25, 50, 75, 90, 95)
 #: Trials-table columns summarised: transport RTT (the sender's QUIC RTT samples), application
 #: RTT under load (ping RTT during the transfer) and goodput.
 METRICS: tuple[str, ...] = ("transport_rtt_mean_ms", "rtt_mean_ms", "goodput_kbps")
+#: Facebook's per-broadcast metrics of a live run (docs/live.md, "The columns"), after
+#: :data:`METRICS` in its table: goodput (application bytes acknowledged / broadcast),
+#: application RTT (pings on their own stream; queued behind the video), RTX overhead.
+LIVE_METRICS: tuple[str, ...] = ("goodput_fb_kbps", "app_rtt_mean_ms", "app_rtt_inband_mean_ms",
+                                 "rtx_overhead")
+#: Metrics whose household means may be 0 (bytes retransmitted / acknowledged: no loss).
+ZERO_ALLOWED = frozenset({"rtx_overhead"})
 #: The variant every change is against.
 BASELINE = "cubic"
 #: The bucket label of the whole sample.
@@ -120,6 +131,13 @@ _NEEDED = ("tool", "definition_id", "household_id", "price_bucket", "direction",
 
 class PercentileInputError(LatencyDivideError):
     """The trials or weights cannot give the percentile view (the message says what is missing)."""
+
+
+def metrics_for(trials: pd.DataFrame) -> tuple[str, ...]:
+    """The metrics of a run's table: :data:`METRICS`, and :data:`LIVE_METRICS` after them when
+    any of its trials is a live broadcast (a ``live_abr``)."""
+    live = "live_abr" in trials.columns and trials["live_abr"].notna().any()
+    return (*METRICS, *LIVE_METRICS) if live else METRICS
 
 
 def _weights(trials: pd.DataFrame, households: pd.DataFrame | None,
@@ -182,8 +200,8 @@ def household_means(trials: pd.DataFrame, households: pd.DataFrame | None = None
 
     Weights come from ``households`` (``household_id`` or ``unit_id``, and ``weight_column``;
     the trials schema has none) or, if it is None, from the trials table's ``weight_column``.
-    Metric values must be NaN or finite and > 0 (the changes are ratios); anything else is an
-    error naming the trials.
+    Metric values must be NaN or finite and > 0 (the changes are ratios; >= 0 for
+    :data:`ZERO_ALLOWED`); anything else is an error naming the trials.
     """
     metrics = list(metrics)
     missing = [c for c in (*_NEEDED, *metrics) if c not in trials.columns]
@@ -193,12 +211,14 @@ def household_means(trials: pd.DataFrame, households: pd.DataFrame | None = None
         raise PercentileInputError("the trials table is empty")
     for m in metrics:
         x = pd.to_numeric(trials[m], errors="coerce").astype("float64")
-        bad = trials.loc[(x.notna() & ~(np.isfinite(x) & (x > 0))) | (x.isna() & trials[m].notna())]
+        ok = np.isfinite(x) & ((x >= 0) if m in ZERO_ALLOWED else (x > 0))
+        bad = trials.loc[(x.notna() & ~ok) | (x.isna() & trials[m].notna())]
         if len(bad):
             where = bad["trial_path"] if "trial_path" in bad.columns else (
                 bad["household_id"].astype(str) + " " + bad["direction"] + " " + bad["variant"])
             raise PercentileInputError(
-                f"{m} must be a finite number > 0 (or missing); not so in {len(bad)} trial(s): "
+                f"{m} must be a finite number {'>=' if m in ZERO_ALLOWED else '>'} 0 (or "
+                f"missing); not so in {len(bad)} trial(s): "
                 f"{', '.join(map(str, where.head(5)))}")
     buckets = trials.groupby("household_id", sort=False)["price_bucket"].nunique(dropna=False)
     if (buckets > 1).any():
@@ -264,13 +284,14 @@ def _block(values: np.ndarray, weights: np.ndarray, base: int, percentiles: np.n
 
 def percentile_table(trials: pd.DataFrame, households: pd.DataFrame | None = None, *,
                      percentiles: Sequence[float] = PERCENTILES,
-                     metrics: Sequence[str] = METRICS, baseline: str = BASELINE,
+                     metrics: Sequence[str] | None = None, baseline: str = BASELINE,
                      by_bucket: bool = True, n_resamples: int = MIN_RESAMPLES, seed: int = 1,
                      weight_column: str = "weight") -> pd.DataFrame:
     """The percentile view (module docstring): one row per tool, definition_id, direction,
     variant, bucket (``"all"``, then each price bucket if ``by_bucket``), metric and percentile,
     with the columns of :data:`PERCENTILES_SCHEMA`.
 
+    ``metrics``: trials-table columns, by default :func:`metrics_for` the trials;
     ``households`` gives the weights (:func:`household_means`); ``baseline`` names the variant
     the changes are against, which every (tool, direction) must have trials of, under one
     definition; ``n_resamples`` >= :data:`MIN_RESAMPLES` households resamples per block, from
@@ -283,7 +304,7 @@ def percentile_table(trials: pd.DataFrame, households: pd.DataFrame | None = Non
             f"n_resamples {n_resamples}: at least {MIN_RESAMPLES} bootstrap resamples")
     pct = np.asarray(percentiles, dtype="float64")
     weighted_percentiles(np.ones(1), np.ones(1), pct)  # validates the percentiles
-    metrics = list(metrics)
+    metrics = list(metrics_for(trials) if metrics is None else metrics)
     means = household_means(trials, households, metrics=metrics, weight_column=weight_column)
     if by_bucket and (means["price_bucket"] == ALL).any():
         raise PercentileInputError(f"a price bucket is named {ALL!r}, the label of the whole "
