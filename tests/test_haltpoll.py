@@ -14,6 +14,7 @@ from latency_divide.testbed import haltpoll, netns
 from latency_divide.testbed.haltpoll import (
     DEFAULT_NS,
     ENV,
+    HOST_DIR,
     PARAM,
     clean_halt_poll,
     halt_polling,
@@ -33,6 +34,15 @@ needs_governor = pytest.mark.skipif(read_ns() is None,
 def state(tmp_path, monkeypatch):
     monkeypatch.setattr(netns, "STATE_DIR", tmp_path)
     return tmp_path
+
+
+def _no_holder() -> None:
+    """The host's parameter is one per host, and so are its holders' records: a test that
+    writes it runs while no trial job of any run holds it."""
+    HOST_DIR.mkdir(parents=True, exist_ok=True)
+    live = [r.name for r in HOST_DIR.iterdir()
+            if r.name.isdigit() and os.path.exists(f"/proc/{r.name}")]
+    assert not live, f"trial jobs {live} hold the host's halt polling: test later"
 
 
 @pytest.fixture
@@ -57,13 +67,14 @@ def test_a_host_without_the_governor_is_left_alone(state, tmp_path):
     missing = tmp_path / "no-such-param"
     with halt_polling(DEFAULT_NS, param=missing) as rec:
         assert rec == {"halt_poll_ns": None, "host_halt_poll_ns": None}
-    assert not missing.exists() and not (state / "haltpoll").exists()
+    assert not missing.exists() and not haltpoll._dir(missing).exists()
     assert clean_halt_poll(param=missing) == ([], None)
 
 
 @pytest.mark.netns
 @needs_governor
 def test_held_while_any_holder_lives_and_put_back_by_the_last(state, host_value):
+    _no_holder()
     low = min(host_value, DEFAULT_NS)
     PARAM.write_text(f"{low}\n")  # a host that polls less than trials ask (0 on ours)
     with halt_polling(DEFAULT_NS) as rec:
@@ -85,13 +96,13 @@ def test_held_while_any_holder_lives_and_put_back_by_the_last(state, host_value)
             child.kill()
             raise
     # the first has left, the second still holds it: not put back
-    assert read_ns() == 300000 and not (state / "haltpoll" / str(os.getpid())).exists()
+    assert read_ns() == 300000 and not (HOST_DIR / str(os.getpid())).exists()
     child.kill()  # it dies without its finally: its record stays
     child.wait()
-    assert (state / "haltpoll" / str(child.pid)).exists()
+    assert (HOST_DIR / str(child.pid)).exists()
     assert clean_halt_poll() == ([f"haltpoll/{child.pid}"], "the host's guest halt polling "
                                  f"(haltpoll guest_halt_poll_ns) back to its own {low} ns")
-    assert read_ns() == low and not (state / "haltpoll" / "host-value").exists()
+    assert read_ns() == low and not (HOST_DIR / "host-value").exists()
     assert clean_halt_poll() == ([], None)  # safely re-runnable
 
 
@@ -100,9 +111,9 @@ def test_held_while_any_holder_lives_and_put_back_by_the_last(state, host_value)
 def test_a_dead_runs_saved_value_wins(state, host_value):
     """A run that died while holding it left the raised value in force and the host's own value
     saved: the next trial keeps that saved value and puts it back when it leaves."""
+    _no_holder()
     low = min(host_value, DEFAULT_NS)
-    d = state / "haltpoll"
-    d.mkdir()
+    d = HOST_DIR
     (d / haltpoll.HOST_VALUE).write_text(f"{low}\n")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -120,7 +131,7 @@ def test_off_leaves_the_host_alone(state, host_value):
     with halt_polling(None) as rec:
         assert rec == {"halt_poll_ns": host_value, "host_halt_poll_ns": host_value}
         assert read_ns() == host_value
-    assert not (state / "haltpoll").exists()
+    assert not (HOST_DIR / str(os.getpid())).exists()
 
 
 @pytest.mark.netns
@@ -129,9 +140,8 @@ def test_the_clean_command_puts_the_host_value_back(host_value):
     """`latency-divide clean`, as the README has users type it, after a trial job died holding
     the halt polling (this host's real state directory: no trial may run meanwhile)."""
     low = min(host_value, DEFAULT_NS)
-    d = netns.STATE_DIR / "haltpoll"
-    d.mkdir(parents=True, exist_ok=True)
-    assert not [r for r in d.iterdir() if r.name.isdigit()], "a trial job holds it: test later"
+    d = HOST_DIR
+    _no_holder()
     (d / haltpoll.HOST_VALUE).write_text(f"{low}\n")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -147,3 +157,39 @@ def test_the_clean_command_puts_the_host_value_back(host_value):
     again = subprocess.run([str(VENV_BIN / "latency-divide"), "clean"], capture_output=True,
                            text=True)
     assert "halt polling" not in again.stdout and read_ns() == low
+
+
+HOLD = ("import sys, time\nfrom latency_divide.testbed.haltpoll import halt_polling\n"
+        "with halt_polling(200000) as r:\n print(r, flush=True); sys.stdin.readline()\n")
+
+
+@pytest.mark.netns
+@needs_governor
+def test_runs_with_other_state_directories_share_one_record_of_the_host(tmp_path, host_value):
+    """Two runs with different testbed state directories (a test's own beside a sweep, two
+    clones) hold the one parameter of the host: the later sees the earlier as a holder, keeps
+    the host's own value, and the last to leave puts that back, whichever it is. With the
+    records per state directory the later saved the earlier's 200000 as the host's own and put
+    it back after both had left (2026-12-01)."""
+    _no_holder()
+    low = min(host_value, DEFAULT_NS - 1)
+    PARAM.write_text(f"{low}\n")
+    runs = []
+    try:
+        for name in ("sweep", "test"):
+            p = subprocess.Popen([sys.executable, "-c", HOLD], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
+                                      "LATENCY_DIVIDE_STATE_DIR": str(tmp_path / name)})
+            runs.append(p)
+            assert p.stdout.readline().strip() == (
+                f"{{'halt_poll_ns': {DEFAULT_NS}, 'host_halt_poll_ns': {low}}}")
+        for p in runs:  # the earlier leaves first, then the later
+            p.stdin.write("\n")
+            p.stdin.flush()
+            assert p.wait(timeout=30) == 0
+        assert read_ns() == low
+    finally:
+        for p in runs:
+            p.kill()
+            p.wait()

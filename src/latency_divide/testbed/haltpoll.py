@@ -12,9 +12,10 @@ a wake-up across cores 22-30 µs of wall time at 0 and 3.4-4.3 µs at the kernel
 /proc/stat: the guest's figures do not hide it as work, but the host's vCPU keeps running
 while it polls (the documented downside), so we raise it only while trials run.
 
-Ownership: each trial job that holds it has a record ``STATE_DIR/haltpoll/<pid>``; the first
-holder saves the host's own value in ``STATE_DIR/haltpoll/host-value`` and the last one to
-leave writes it back. A holder that died leaves its record behind: the next holder or
+Ownership: each trial job that holds it has a record ``HOST_DIR/<pid>``; the first holder
+saves the host's own value in ``HOST_DIR/host-value`` and the last one to leave writes it
+back. The records live in one place per host (:data:`HOST_DIR`), whatever the testbed's state
+directory, because the parameter is one per host. A holder that died leaves its record behind: the next holder or
 ``latency-divide clean`` (testbed.clean) removes it, and the last live one, or ``clean`` when
 none is left, restores the host's value. All of it under one flock, so concurrent trial jobs
 see one consistent state. A host without the governor (no such parameter: bare metal, another
@@ -36,7 +37,6 @@ from pathlib import Path
 from typing import Iterator
 
 from latency_divide.errors import ConfigError
-from latency_divide.testbed import netns
 from latency_divide.testbed.runners import pid_alive
 
 #: The governor's global limit (module parameter of ``haltpoll``).
@@ -86,8 +86,19 @@ def _write(param: Path, ns: int) -> str | None:
     return None
 
 
-def _dir() -> Path:
-    return netns.STATE_DIR / DIR_NAME
+#: Where the holders of the host's parameter keep their records: one directory per host, not
+#: per state directory (``LATENCY_DIVIDE_STATE_DIR``: a test's own, another clone's run). With
+#: the records under each run's state directory, two runs with different ones each saw no
+#: holder, the later saved the earlier's raised value as the host's own, and whichever left
+#: last put that back: guest halt polling stayed at 200000 ns after every run had ended
+#: (2026-12-01, the host check's tests beside a sweep).
+HOST_DIR = Path("/run/latency-divide") / DIR_NAME
+
+
+def _dir(param: Path = PARAM) -> Path:
+    """The holders' records for ``param``: :data:`HOST_DIR` for the host's parameter, a
+    directory beside any other (a test's stand-in file)."""
+    return HOST_DIR if param == PARAM else param.with_name(param.name + ".holders")
 
 
 def _live_holders(d: Path) -> list[int]:
@@ -137,7 +148,7 @@ def halt_polling(ns: int | None, param: Path = PARAM) -> Iterator[dict]:
     if ns is None or now is None:
         yield {"halt_poll_ns": now, "host_halt_poll_ns": now}
         return
-    d = _dir()
+    d = _dir(param)
     me = d / str(os.getpid())
     with _locked(d):
         saved = d / HOST_VALUE
@@ -166,7 +177,7 @@ def clean_halt_poll(force: bool = False, param: Path = PARAM) -> tuple[list[str]
     """``latency-divide clean``: remove the records of holders that are gone (``force``: of
     live ones too) and, when no live one is left, put the host's value back; returns (the
     records removed, what was restored or None)."""
-    d = _dir()
+    d = _dir(param)
     if not d.is_dir():
         return [], None
     with _locked(d):
