@@ -29,6 +29,7 @@ from _trials import ROOT  # noqa: F401  (puts src/ on the path)
 from latency_divide.analysis.metrics import summarize_trial
 from latency_divide.ops.sweeptiming import sweep_timing
 from latency_divide.trial import rawio
+from latency_divide.trial.health import beyond_every, rejudge
 from latency_divide.trial.layout import parse_trial_path
 from latency_divide.trial.packs import every_trial
 
@@ -58,6 +59,9 @@ def main() -> int:
     ap.add_argument("reference", type=Path, help="the published raw directory")
     ap.add_argument("--cores", type=int, default=os.cpu_count())
     ap.add_argument("--make-log", type=Path, help="the run's log (see above)")
+    ap.add_argument("--rejudge", action="store_true",
+                    help="judge the kept trials by today's bounds (trial.health.rejudge), not "
+                         "by the verdict they recorded")
     a = ap.parse_args()
     new = load(a.new)
     ref = load(a.reference, set(new))
@@ -68,8 +72,11 @@ def main() -> int:
         return 2
     again = sum(int(m.get("attempt", 1)) > 1 for m in metas)
     alone = sum(bool(m.get("alone")) for m in metas)
+    def verdict(m: dict) -> dict:
+        return (rejudge(m) or {}) if a.rejudge else (m.get("health") or {})
+
     kept = [(key, m) for key, reps in new.items() for _r, m in reps
-            if (m.get("health") or {}).get("verdict") == "fail"]
+            if verdict(m).get("verdict") == "fail"]
     lower = []
     matched = 0
     for key, reps in new.items():
@@ -90,9 +97,14 @@ def main() -> int:
     print(f"kept with a failed verdict: {len(kept)} ({100 * len(kept) / n:.1f} %, target <= "
           f"{100 * MAX_KEPT_FAILED:g} %)")
     for key, m in kept:
+        row = next(r for r, mm in new[key] if mm is m)
+        agrees = ("no reference" if key not in ref else
+                  "beyond the per-trial bounds against every published repetition"
+                  if beyond_every(row, [r for r, _m in ref[key]])
+                  else "within the per-trial bounds of a published repetition")
         print(f"  {key.household} {key.direction} {key.variant} (attempt {m.get('attempt')}"
-              f"{', alone' if m.get('alone') else ''}): "
-              + "; ".join(m["health"].get("reasons", [])))
+              f"{', alone' if m.get('alone') else ''}, {m.get('capacity_kbps')} kbit/s): "
+              + "; ".join(verdict(m).get("reasons", [])) + f"; {agrees}")
     print(f"lower than the published envelope by > 0.05 in normalized throughput: {len(lower)} "
           f"(target <= {MAX_LOWER})")
     for key, nt, fl, verdict in lower:

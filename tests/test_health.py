@@ -128,6 +128,34 @@ def test_a_fast_link_keeps_the_floors():
     assert len(v["reasons"]) == 2
 
 
+#: 12430's 64.9 Mbit/s downlink (base RTT 29.3 ms), Copa δ 0.5, under the stall injector at its
+#: defaults (2026-12-01, a fresh clone's sweep): kept after four attempts, the last alone, with
+#: the delay line's lateness p99 3.32 ms against the 1 ms floor, its waits within bounds, and its
+#: numbers within the per-trial bounds of a published repetition.
+STALLED_FAST = {"tool_wait_per_slice_us": 40.0, "delayline_late_p99_us": 3320.0,
+                "queue_samples_pct": 100.0}
+
+
+def test_a_fast_link_held_up_by_stalls_a_small_part_of_its_rtt_passes():
+    v = H.verdict(STALLED_FAST, capacity_kbps=64_925, rtt_ms=29.3)
+    assert v["verdict"] == "pass", v["reasons"]
+    assert v["bounds"]["delayline_late_p99_us"] == pytest.approx(3662.5)
+    # without its RTT (the bound of before): the floor, and it fails
+    assert H.verdict(STALLED_FAST, capacity_kbps=64_925)["verdict"] == "fail"
+    # rejudge reads the RTT from the household meta.json records
+    meta = {"capacity_kbps": 64_925, "household": {"unit_id": 12430, "rtt_ms": 29.3},
+            "health": dict(STALLED_FAST, verdict="fail")}
+    assert H.rejudge(meta)["verdict"] == "pass"
+
+
+def test_a_lateness_that_went_with_a_disagreement_still_fails():
+    # 6046's 11.3 Mbit/s downlink (RTT 33.5 ms) at three times the injector's duty: lateness
+    # p99 9.5 ms, 0.28 of its RTT, and a self-delay of 36.9 ms against 8.1-8.7 published
+    v = H.verdict({"tool_wait_per_slice_us": 12.7, "delayline_late_p99_us": 9520.0,
+                   "queue_samples_pct": 100.0}, capacity_kbps=11_340, rtt_ms=33.5)
+    assert v["verdict"] == "fail" and v["bounds"]["delayline_late_p99_us"] == 4187.5
+
+
 def test_bounds_grow_with_the_packet_time_above_the_floor():
     slow, mid = H.packet_time_us(500), H.packet_time_us(5000)
     assert slow == pytest.approx(24000.0) and mid == pytest.approx(2400.0)

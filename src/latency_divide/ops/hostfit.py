@@ -50,11 +50,12 @@ REMEDIES = ("run on a quieter host (fewer other programs, no noisy neighbours: a
             "every trial's health verdict is still judged")
 
 
-def late_limit_us(rate_kbit: float) -> float:
-    """The lateness p99 a link of ``rate_kbit`` tolerates: the health verdict's own bound for
-    it (trial.health.bound_for, in the link's packet times), so the host check refuses exactly
-    the links whose verdicts this host's wake-ups would fail."""
-    return bound_for("delayline_late_p99_us", packet_time_us(rate_kbit))
+def late_limit_us(rate_kbit: float, rtt_ms: float | None = None) -> float:
+    """The lateness p99 a link of ``rate_kbit`` and base RTT ``rtt_ms`` tolerates: the health
+    verdict's own bound for it (trial.health.bound_for, in the link's packet times and RTT), so
+    the host check refuses exactly the links whose verdicts this host's wake-ups would fail
+    (without the RTT: the bound of the shortest, the floor or the packet times)."""
+    return bound_for("delayline_late_p99_us", packet_time_us(rate_kbit), rtt_ms)
 
 
 def profile_budget(profile: Path = PROFILE) -> int:
@@ -82,6 +83,7 @@ class TrialCost:
     packet_us: float
     late_gap_us: float
     late_p99_us: float
+    rtt_ms: float | None = None  # the link's base RTT (its verdict's lateness bound)
 
 
 @dataclass
@@ -192,7 +194,7 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
             busy_s + admission.TRIAL_OVERHEAD_S)
         pkt = packet_time_us(rate)
         gap, late = lateness_p99_us(record, pkt) if record else (pkt, 0.0)
-        costs.append(TrialCost(tid, rate, rt, load, cpu, pkt, gap, late))
+        costs.append(TrialCost(tid, rate, rt, load, cpu, pkt, gap, late, plan.rtt_ms))
     merged: dict = {}
     for c in costs:
         key = (c.trial[1], c.trial[2])
@@ -201,7 +203,7 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
             why.append(f"needs {c.rt_cores:.2f} real-time cores (variant {c.trial[3]}; the model's"
                        f" {c.rt_cores / factor:.2f} x cost factor {factor:.2f}) > this host's "
                        f"capacity {capacity:.2f}")
-        limit = late_limit_us(c.rate_kbit)
+        limit = late_limit_us(c.rate_kbit, c.rtt_ms)
         if record and c.late_p99_us > limit and kind == "local":
             why.append(f"wake-up lateness p99 {c.late_p99_us:.0f} µs (at the "
                        f"{c.late_gap_us:g} µs gap) > the {limit:.0f} µs its verdict allows "

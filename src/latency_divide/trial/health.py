@@ -53,6 +53,21 @@ BOUNDS: dict[str, tuple[str, float, float | None, str]] = {
                           "those due"),
 }
 
+#: Bounds that also grow with the link's base RTT: name -> the fraction of the RTT the number may
+#: reach (trial.health.bound_for takes the largest of floor, packet times and this). The delay
+#: line's lateness p99 may reach an eighth of the base RTT: a stall that holds a few per cent of
+#: a fast link's frames for a few ms shifts its RTT samples by a small part of the RTT and leaves
+#: its goodput (the bottleneck, before the delay line, keeps sending) and its mean self-delay
+#: within the per-trial fidelity bounds. Fitted 2026-12-01 (CHANGELOG.md, issue 57, "Two sweeps
+#: on one host"; bench/baselines/verdict-rtt-2026-12-01.txt): under the stall injector the 1 ms
+#: floor failed the first attempt of 32 of 304 trials (all fast downlinks, lateness alone) and kept
+#: 7 with a failed verdict whose numbers agreed with a published repetition (p99 1.1-3.3 ms, at
+#: most 0.113 of their RTT); every trial of the fit whose wait was within its bound and whose
+#: lateness was within an eighth of its RTT agreed, and the one whose lateness alone went with a
+#: disagreement (6046's 11.3 Mbit/s downlink at three times the injector's duty: 9.5 ms, 0.28 of
+#: its RTT) stays failed.
+PER_RTT: dict[str, float] = {"delayline_late_p99_us": 0.125}
+
 #: The packet the bounds' packet time counts: a full-sized Ethernet payload.
 PACKET_BYTES = 1500
 
@@ -64,12 +79,18 @@ def packet_time_us(capacity_kbps: float | None) -> float | None:
     return PACKET_BYTES * 8 * 1000.0 / float(capacity_kbps)
 
 
-def bound_for(name: str, packet_us: float | None) -> float:
-    """The bound on ``name`` for a link whose packet time is ``packet_us`` (None: the floor)."""
+def bound_for(name: str, packet_us: float | None, rtt_ms: float | None = None) -> float:
+    """The bound on ``name`` for a link whose packet time is ``packet_us`` and whose base RTT is
+    ``rtt_ms`` (either None: that term left out; both: the floor)."""
     kind, floor, per_packet, _what = BOUNDS[name]
-    if kind != "max" or per_packet is None or packet_us is None:
+    if kind != "max":
         return floor
-    return round(max(floor, per_packet * packet_us), 1)
+    terms = [floor]
+    if per_packet is not None and packet_us is not None:
+        terms.append(per_packet * packet_us)
+    if name in PER_RTT and rtt_ms is not None and rtt_ms > 0:
+        terms.append(PER_RTT[name] * float(rtt_ms) * 1000.0)
+    return round(max(terms), 1)
 
 
 _LATE = re.compile(r"\blate_(ab|ba)_(p50|p99|max)_us=([0-9.]+|na)\b")
@@ -145,7 +166,8 @@ def queue_sampling(queue_log: Path, start: float, end: float,
 
 def health(sched: dict | None, delayline_log: str, queue_log: Path, start: float,
            end: float, queue_interval_s: float, cpu_s: dict,
-           capacity_kbps: float | None = None, steal_pct: float | None = None) -> dict:
+           capacity_kbps: float | None = None, steal_pct: float | None = None,
+           rtt_ms: float | None = None) -> dict:
     """The health record of a trial (meta.json ``health``): numbers, verdict, reasons, the
     bounds it was judged by (for a link of ``capacity_kbps``), and what the host did beside it
     (``steal_pct``: the hypervisor's share of the CPU over the transfer; ``longest_stall_ms``:
@@ -177,7 +199,7 @@ def health(sched: dict | None, delayline_log: str, queue_log: Path, start: float
         "longest_stall_ms": (round(late["max"] / 1000.0, 2) if late["max"] is not None
                              else None),
     }
-    return {**numbers, **verdict(numbers, capacity_kbps)}
+    return {**numbers, **verdict(numbers, capacity_kbps, rtt_ms)}
 
 
 def _per_slice(procs: dict, names: list[str]) -> float | None:
@@ -186,13 +208,14 @@ def _per_slice(procs: dict, names: list[str]) -> float | None:
     return round(wait * 1e6 / slices, 1) if slices else None
 
 
-def verdict(numbers: dict, capacity_kbps: float | None = None) -> dict:
+def verdict(numbers: dict, capacity_kbps: float | None = None,
+            rtt_ms: float | None = None) -> dict:
     """``verdict`` ("pass" or "fail"), ``reasons`` (each bound broken, with its value),
     ``unchecked`` (bounded numbers the testbed could not measure), and ``bounds`` (each bound
-    as applied to a link of ``capacity_kbps``: :func:`bound_for`)."""
+    as applied to a link of ``capacity_kbps`` and base RTT ``rtt_ms``: :func:`bound_for`)."""
     reasons, unchecked = [], []
     packet_us = packet_time_us(capacity_kbps)
-    applied = {name: bound_for(name, packet_us) for name in BOUNDS}
+    applied = {name: bound_for(name, packet_us, rtt_ms) for name in BOUNDS}
     for name, (kind, _floor, _per_packet, what) in BOUNDS.items():
         v = numbers.get(name)
         bound = applied[name]
@@ -213,17 +236,27 @@ def rejudge(meta: dict) -> dict | None:
     h = meta.get("health")
     if not h:
         return None
-    return verdict(h, meta.get("capacity_kbps"))
+    return verdict(h, meta.get("capacity_kbps"), rtt_of(meta))
+
+
+def rtt_of(meta: dict) -> float | None:
+    """A trial's base RTT (ms) from its meta.json: its household's, which the link plan emulates
+    (links.plan: ``rtt_ms / 2`` each way), or None where not recorded."""
+    hh = meta.get("household")
+    rtt = hh.get("rtt_ms") if isinstance(hh, dict) else None
+    return float(rtt) if isinstance(rtt, (int, float)) and rtt > 0 else None
 
 
 def bounds_table() -> str:
     """The bounds as a Markdown table (docs/emulation.md "Emulation health")."""
-    rows = ["| number | bound | at 1 Mbit/s | at 5 Mbit/s | at 50 Mbit/s | what |",
+    rows = ["| number | bound | at 1 Mbit/s, RTT 30 ms | at 5 Mbit/s | at 50 Mbit/s | what |",
             "|---|---|---|---|---|---|"]
     for name, (kind, floor, per_packet, what) in BOUNDS.items():
         op = "<=" if kind == "max" else ">="
-        rule = (f"{op} max({floor:g}, {per_packet:g} x packet time)" if per_packet is not None
-                else f"{op} {floor:g}")
-        at = [f"{bound_for(name, packet_time_us(r)):g}" for r in (1000, 5000, 50000)]
+        terms = [f"{floor:g}"] + ([f"{per_packet:g} x packet time"] if per_packet else []) + (
+            [f"{PER_RTT[name]:g} x base RTT"] if name in PER_RTT else [])
+        rule = f"{op} max({', '.join(terms)})" if len(terms) > 1 else f"{op} {floor:g}"
+        # at a base RTT of 30 ms (the paper's households: 10-70 ms)
+        at = [f"{bound_for(name, packet_time_us(r), 30.0):g}" for r in (1000, 5000, 50000)]
         rows.append(f"| `{name}` | {rule} | {' | '.join(at)} | {what} |")
     return "\n".join(rows)

@@ -272,7 +272,7 @@ def _run_in(spec: TrialSpec, d: Path, found: dict, attempt: int, testbed) -> dic
                                    for p in (d / DELAYLINE_LOG, d / SENDER_JSON, d / RECEIVER_JSON))
     trial_health = health(sched, dl_text, d / QUEUE_LOG, timing["transfer_started_unix"],
                           timing["transfer_ended_unix"], spec.queue_interval_s, cpu,
-                          plan.shaper(spec.direction).rate_kbit, steal_pct)
+                          plan.shaper(spec.direction).rate_kbit, steal_pct, plan.rtt_ms)
     for derived in ("bounds", "packet_time_us"):  # from the capacity: meta.json in 4 KiB
         trial_health.pop(derived, None)
     measured_by = instrument(found["mechanism"], dl_text, snd_json, rcv_json, spec.tool.name,

@@ -134,10 +134,11 @@ class TrialSpec:
         testbed holds its nodes' probes to before the trial (testbed.ssh.nodecheck)."""
         from latency_divide.trial.health import bound_for, packet_time_us
 
-        rate = self.link_plan("netem").shaper(self.direction).rate_kbit
+        plan = self.link_plan("netem")
+        rate = plan.shaper(self.direction).rate_kbit
         pkt = packet_time_us(rate)
         return {"rate_kbit": rate, "packet_us": pkt,
-                "limit_us": bound_for("delayline_late_p99_us", pkt)}
+                "limit_us": bound_for("delayline_late_p99_us", pkt, plan.rtt_ms)}
 
 
 def sender_argv(spec: TrialSpec, binary: str, json_path: str | None, sender_addr: str,
