@@ -47,6 +47,7 @@ def tool() -> str:
     (["-app", "video"], "unknown app 'video'; allowed: bulk, live"),
     (["-gop_s", "0"], "gop_s 0 is not in (0, 60]"),
     (["-ping_interval_ms", "3"], "ping_interval_ms 3 is not in [10, 60000]"),
+    (["-frame_slack_ms", "11"], "frame_slack_ms 11 is not in [0, 10]"),
 ])
 def test_bad_live_flags_fail_clearly_and_write_nothing(tool, tmp_path, args, named):
     out = tmp_path / "summary.json"

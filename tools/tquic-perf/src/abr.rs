@@ -180,6 +180,8 @@ pub struct RateAbr {
     rung: usize,
     hist: VecDeque<Delivered>,
     budget_s: f64,
+    /// The busy intervals' buffer, kept between decisions (one a frame) to allocate once.
+    scratch: Vec<(f64, f64)>,
 }
 
 impl RateAbr {
@@ -191,6 +193,7 @@ impl RateAbr {
             rung: 0,
             hist: VecDeque::new(),
             budget_s,
+            scratch: Vec::with_capacity(CAST_HISTORY_FRAMES + 1),
         }
     }
 
@@ -206,16 +209,25 @@ impl RateAbr {
     /// idle "dead time" between frames; the RTT we remove too, see README.md), intervals
     /// merged. None without history.
     pub fn delivery_kbps(&self, min_rtt_s: f64) -> Option<f64> {
+        self.delivery_kbps_in(min_rtt_s, &mut Vec::new())
+    }
+
+    /// [`RateAbr::delivery_kbps`] with `ends` as the intervals' buffer.
+    fn delivery_kbps_in(&self, min_rtt_s: f64, ends: &mut Vec<(f64, f64)>) -> Option<f64> {
         let mut busy = 0.0;
         let mut bits = 0.0;
         let mut cur: Option<(f64, f64)> = None;
-        let mut ends: Vec<(f64, f64)> = self
-            .hist
-            .iter()
-            .map(|d| (d.sent_s, (d.done_s - min_rtt_s).max(d.sent_s)))
-            .collect();
-        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (a, b) in ends {
+        ends.clear();
+        ends.extend(
+            self.hist
+                .iter()
+                .map(|d| (d.sent_s, (d.done_s - min_rtt_s).max(d.sent_s))),
+        );
+        // Feedback mostly arrives in hand-over order: sort (stably, as before) only if not.
+        if !ends.windows(2).all(|w| w[0].0 <= w[1].0) {
+            ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        for &(a, b) in ends.iter() {
             cur = match cur {
                 Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
                 Some((ca, cb)) => {
@@ -237,7 +249,9 @@ impl RateAbr {
     pub fn decide(&mut self, s: &Signals) -> usize {
         let min = self.ladder[0] as f64;
         let max = *self.ladder.last().expect("non-empty ladder") as f64;
-        let safe = self.delivery_kbps(s.min_rtt_s).unwrap_or(min);
+        let mut ends = std::mem::take(&mut self.scratch);
+        let safe = self.delivery_kbps_in(s.min_rtt_s, &mut ends).unwrap_or(min);
+        self.scratch = ends;
         let drain_s = s.backlog_bytes as f64 * 8.0 / (safe.max(1.0) * 1000.0);
         let empty = ((self.budget_s - drain_s) / self.budget_s).clamp(0.0, 1.0);
         let target = (safe * empty / CAST_TARGET_EMPTY).clamp(min, max);

@@ -147,6 +147,13 @@ pub struct Opts {
     #[arg(long = "ping_interval_ms", default_value = "1000", value_parser = parse_ping_interval_ms)]
     pub ping_interval_ms: u64,
 
+    /// Live: a frame due while the sender sleeps is made at its next wake-up (for ACKs or
+    /// tquic's timers), stamped with its capture time; the sender wakes for it by its
+    /// capture time plus this many ms at the latest. 0: a wake-up at every capture time.
+    /// In [0, 10].
+    #[arg(long = "frame_slack_ms", default_value = "4", value_parser = parse_frame_slack_ms)]
+    pub frame_slack_ms: u64,
+
     /// Live: the seed of the frame-size jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -250,6 +257,10 @@ pub fn parse_frame_jitter(s: &str) -> Result<f64, String> {
 
 pub fn parse_frame_deadline_ms(s: &str) -> Result<u64, String> {
     ranged("frame_deadline_ms", s, 50, 60_000)
+}
+
+pub fn parse_frame_slack_ms(s: &str) -> Result<u64, String> {
+    ranged("frame_slack_ms", s, 0, 10)
 }
 
 pub fn parse_ping_interval_ms(s: &str) -> Result<u64, String> {
@@ -614,7 +625,11 @@ mod tests {
         let o = parse(&[]).unwrap();
         assert_eq!(o.app, App::Bulk);
         assert_eq!((o.abr, o.fps, o.gop_s), (AbrKind::Backlog, 30, 2.0));
-        assert_eq!((o.frame_deadline_ms, o.ping_interval_ms), (700, 1000));
+        assert_eq!(
+            (o.frame_deadline_ms, o.ping_interval_ms, o.frame_slack_ms),
+            (700, 1000, 4)
+        );
+        assert_eq!(parse(&["-frame_slack_ms=0"]).unwrap().frame_slack_ms, 0);
         let o = parse(&["--app", "live", "-abr=rate", "-fps", "25", "-gop_s", "1.5"]).unwrap();
         assert_eq!(
             (o.app, o.abr, o.fps, o.gop_s),
@@ -640,6 +655,10 @@ mod tests {
             (vec!["-frame_jitter", "nan"], "frame_jitter nan"),
             (vec!["-frame_deadline_ms", "10"], "frame_deadline_ms 10"),
             (vec!["-ping_interval_ms", "5"], "ping_interval_ms 5"),
+            (
+                vec!["-frame_slack_ms", "11"],
+                "frame_slack_ms 11 is not in [0, 10]",
+            ),
         ] {
             let e = parse(&args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args:?}: {e}");

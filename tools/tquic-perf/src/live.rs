@@ -17,6 +17,14 @@
 //! (it waits for the congestion window but not behind video data), and one in-band ping
 //! queued behind the video (it waits like a frame). The receiver echoes both, and reports
 //! each complete frame back (`F`), which both ABRs use as the delivery signal.
+//!
+//! Wake-ups ([`FrameClock`]): the event loop calls [`LiveSender::tick`] whenever it wakes,
+//! for the peer's ACKs and tquic's timers too. A frame whose capture time has passed is made
+//! then, stamped with its capture time (its queueing, deadline and latency count from it),
+//! and a wake-up of its own is asked for only at the capture time plus `-frame_slack_ms`:
+//! while the connection is busy the frame rides on a wake-up that happens anyway, and a
+//! frame is made at most the slack after its capture. Pings are stamped when they are
+//! written, so the slack never counts in an RTT.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -43,6 +51,9 @@ pub struct LiveConfig {
     pub deadline: Duration,
     pub ping_interval: Option<Duration>,
     pub ladder: Vec<u32>,
+    /// How late after its capture (or ping) time a frame may be made when no other wake-up
+    /// comes first ([`FrameClock`]).
+    pub slack: Duration,
 }
 
 impl LiveConfig {
@@ -60,7 +71,54 @@ impl LiveConfig {
             ping_interval: (o.ping_interval_ms > 0)
                 .then(|| Duration::from_millis(o.ping_interval_ms)),
             ladder: LADDER_KBPS.to_vec(),
+            slack: Duration::from_millis(o.frame_slack_ms),
         }
+    }
+}
+
+/// The encoder's clock: frame `n` is captured at `start + n * interval`. A frame is due once
+/// its capture time has passed; the sender must be woken for it by its capture time plus the
+/// slack at the latest ([`FrameClock::deadline`]), and may make it at any wake-up before.
+#[derive(Debug, Clone)]
+pub struct FrameClock {
+    next: Instant,
+    interval: Duration,
+    slack: Duration,
+}
+
+impl FrameClock {
+    pub fn new(start: Instant, interval: Duration, slack: Duration) -> Self {
+        FrameClock {
+            next: start,
+            interval,
+            slack,
+        }
+    }
+
+    /// Whether a frame is due at `now`.
+    pub fn is_due(&self, now: Instant) -> bool {
+        self.next <= now
+    }
+
+    /// The capture time of the next frame due at `now`, and the clock moves on; None if the
+    /// next frame is not due yet.
+    pub fn pop_due(&mut self, now: Instant) -> Option<Instant> {
+        if self.next > now {
+            return None;
+        }
+        let captured = self.next;
+        self.next += self.interval;
+        Some(captured)
+    }
+
+    /// The next frame's capture time.
+    pub fn next_capture(&self) -> Instant {
+        self.next
+    }
+
+    /// When the sender must wake at the latest for the next frame.
+    pub fn deadline(&self) -> Instant {
+        self.next + self.slack
     }
 }
 
@@ -115,6 +173,7 @@ pub struct LiveSenderReport {
     pub frame_jitter: f64,
     pub frame_deadline_ms: u64,
     pub ping_interval_ms: u64,
+    pub frame_slack_ms: u64,
     pub seed: u64,
     pub ladder_kbps: Vec<u32>,
     pub broadcast_s: f64,
@@ -124,6 +183,9 @@ pub struct LiveSenderReport {
     #[serde(flatten)]
     pub bitrate: BitrateReport,
     pub queue_max_frames: u64,
+    /// How long after its capture time each frame was made (the slack, and the event loop's
+    /// timer resolution), ms.
+    pub frame_lateness_ms: SampleSummary,
     pub app_rtt_ms: SampleSummary,
     pub app_rtt_inband_ms: SampleSummary,
     pub pings_sent: u64,
@@ -147,7 +209,7 @@ pub struct LiveSender {
     abr: Abr,
     t0: Instant,
     t0_unix_us: u64,
-    next_frame: Instant,
+    clock: FrameClock,
     next_ping: Option<Instant>,
     queue: VecDeque<Item>,
     /// A message the transport accepted only in part: its stream and the rest.
@@ -164,6 +226,7 @@ pub struct LiveSender {
     counts: FrameCounts,
     bitrate: BitrateLog,
     queue_max: u64,
+    lateness: Samples,
     rtt_prio: Samples,
     rtt_inband: Samples,
     pings_sent: u64,
@@ -173,16 +236,18 @@ pub struct LiveSender {
 impl LiveSender {
     pub fn new(cfg: LiveConfig, now: Instant) -> Self {
         let abr = Abr::new(cfg.abr, &cfg.ladder, cfg.deadline.as_secs_f64());
+        let enc = Encoder::new(cfg.encoder);
+        let interval = Duration::from_secs_f64(enc.frame_interval_s());
         let start_rung = match cfg.abr {
             AbrKind::Backlog => cfg.ladder.len() - 1,
             AbrKind::Rate => 0,
         };
         LiveSender {
-            enc: Encoder::new(cfg.encoder),
+            enc,
             abr,
             t0: now,
             t0_unix_us: unix_us(SystemTime::now()),
-            next_frame: now,
+            clock: FrameClock::new(now, interval, cfg.slack),
             next_ping: cfg.ping_interval.map(|_| now),
             queue: VecDeque::new(),
             writing: None,
@@ -197,6 +262,7 @@ impl LiveSender {
             counts: FrameCounts::default(),
             bitrate: BitrateLog::new(&cfg.ladder, start_rung),
             queue_max: 0,
+            lateness: Samples::default(),
             rtt_prio: Samples::with_series(),
             rtt_inband: Samples::with_series(),
             pings_sent: 0,
@@ -221,31 +287,42 @@ impl LiveSender {
         }
     }
 
-    /// Produces what is due, sends what the transport takes; returns when to wake next.
+    /// The latest time the sender must be woken (the next frame's or ping's time plus the
+    /// slack).
+    pub fn wake_at(&self) -> Instant {
+        let frame = self.clock.deadline();
+        match self.next_ping {
+            Some(p) => frame.min(p + self.cfg.slack),
+            None => frame,
+        }
+    }
+
+    /// Produces what is due, sends what the transport takes; returns when to wake next at
+    /// the latest. Called at every wake-up of the event loop, whatever woke it.
     pub fn tick(&mut self, conn: &mut Connection, now: Instant) -> Instant {
+        let ping_due = self.next_ping.is_some_and(|p| p <= now);
+        if !ping_due && !self.clock.is_due(now) && self.queue.is_empty() && self.writing.is_none() {
+            // Nothing to make, drop or hand over (most wake-ups: the peer's ACKs).
+            return self.wake_at();
+        }
         let (cwnd, min_rtt_s) = match crate::net::path_stats(conn) {
             Some(ps) => (ps.final_cwnd.max(1), ps.min_rtt as f64 / 1e6),
             None => (u64::MAX, 0.0),
         };
-        let interval = Duration::from_secs_f64(self.enc.frame_interval_s());
-        while self.next_frame <= now {
-            let captured = self.next_frame;
+        while let Some(captured) = self.clock.pop_due(now) {
+            let late_ms = now.saturating_duration_since(captured).as_secs_f64() * 1000.0;
+            self.lateness.add(self.t_s(captured), late_ms);
             self.produce(captured, min_rtt_s);
-            self.next_frame += interval;
         }
-        if let (Some(p), Some(every)) = (self.next_ping, self.cfg.ping_interval) {
-            if p <= now {
-                self.ping(conn, p);
-                self.next_ping = Some(p + every);
-            }
+        if let (true, Some(p), Some(every)) = (ping_due, self.next_ping, self.cfg.ping_interval) {
+            // Stamped now, not at its scheduled time: the slack must not count in the RTT.
+            self.ping(conn, now);
+            self.next_ping = Some(p + every);
         }
         self.drop_expired(now);
         self.push(conn, cwnd);
         self.queue_max = self.queue_max.max(self.queue.len() as u64);
-        match self.next_ping {
-            Some(p) => p.min(self.next_frame),
-            None => self.next_frame,
-        }
+        self.wake_at()
     }
 
     fn signals(&self, now_s: f64, min_rtt_s: f64) -> Signals {
@@ -493,6 +570,7 @@ impl LiveSender {
             frame_jitter: c.encoder.jitter,
             frame_deadline_ms: c.deadline.as_millis() as u64,
             ping_interval_ms: c.ping_interval.map_or(0, |d| d.as_millis() as u64),
+            frame_slack_ms: c.slack.as_millis() as u64,
             seed: c.encoder.seed,
             ladder_kbps: c.ladder.clone(),
             broadcast_s,
@@ -504,6 +582,7 @@ impl LiveSender {
             },
             bitrate: self.bitrate.report(broadcast_s),
             queue_max_frames: self.queue_max,
+            frame_lateness_ms: self.lateness.summary(),
             app_rtt_ms: self.rtt_prio.summary(),
             app_rtt_inband_ms: self.rtt_inband.summary(),
             pings_sent: self.pings_sent,
@@ -519,6 +598,28 @@ impl LiveSender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_are_stamped_with_their_capture_time_and_woken_for_by_the_slack() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = FrameClock::new(t0, ms(33), ms(4));
+        // The first frame is due at once; the wake-up for the next is its capture + slack.
+        assert_eq!(c.pop_due(t0), Some(t0));
+        assert_eq!(c.pop_due(t0), None);
+        assert_eq!((c.next_capture(), c.deadline()), (t0 + ms(33), t0 + ms(37)));
+        assert!(!c.is_due(t0 + ms(32)));
+        // A wake-up (an ACK) 2 ms after the capture time makes the frame then, stamped with
+        // its capture time; a late wake-up makes every frame due, each with its own stamp.
+        assert_eq!(c.pop_due(t0 + ms(35)), Some(t0 + ms(33)));
+        assert_eq!(c.pop_due(t0 + ms(35)), None);
+        let late: Vec<_> = std::iter::from_fn(|| c.pop_due(t0 + ms(140))).collect();
+        assert_eq!(late, vec![t0 + ms(66), t0 + ms(99), t0 + ms(132)]);
+        assert_eq!(c.deadline(), t0 + ms(169));
+        // Without slack the deadline is the capture time (a wake-up per frame).
+        let c0 = FrameClock::new(t0, ms(33), Duration::ZERO);
+        assert_eq!(c0.deadline(), t0);
+    }
 
     #[test]
     fn rtx_overhead_is_lost_over_acked() {

@@ -15,12 +15,27 @@ fn free_udp_port() -> u16 {
     s.local_addr().unwrap().port()
 }
 
-fn broadcast(abr: &str) -> (serde_json::Value, serde_json::Value) {
-    let dir = std::env::temp_dir().join(format!("tquic-perf-live-{abr}-{}", std::process::id()));
+fn broadcast(abr: &str, slack_ms: &str) -> (serde_json::Value, serde_json::Value) {
+    // Tests run in parallel threads of one process: a directory per broadcast.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "tquic-perf-live-{abr}-{slack_ms}-{}-{n}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_udp_port().to_string();
     let (sjson, cjson) = (dir.join("sender.json"), dir.join("receiver.json"));
-    let live = ["-app", "live", "-abr", abr, "-ping_interval_ms", "500"];
+    let live = [
+        "-app",
+        "live",
+        "-abr",
+        abr,
+        "-ping_interval_ms",
+        "500",
+        "-frame_slack_ms",
+        slack_ms,
+    ];
     let mut sargs = vec![
         "-mode",
         "server",
@@ -57,7 +72,7 @@ fn f(v: &serde_json::Value, k: &str) -> f64 {
 #[test]
 fn live_broadcast_over_loopback_reports_its_metrics_with_each_abr() {
     for abr in ["backlog", "rate"] {
-        let (s, c) = broadcast(abr);
+        let (s, c) = broadcast(abr, "4");
         let l = &s["live"];
         assert_eq!(l["app"], "live");
         assert_eq!(l["abr"], abr);
@@ -124,6 +139,24 @@ fn live_broadcast_over_loopback_reports_its_metrics_with_each_abr() {
         );
         assert!(f(r, "pings_echoed") >= 6.0, "{r}");
         assert!(f(r, "goodput_fb_kbps") > 0.0);
+    }
+}
+
+/// Frames are made at a wake-up within the slack after their capture time (or, with no slack,
+/// at it): every frame's lateness is recorded, and the median stays within the slack plus the
+/// event loop's 1-ms timer resolution (and a margin for a busy host).
+#[test]
+fn frames_are_made_within_the_slack_after_their_capture() {
+    for (slack, limit_ms) in [("0", 3.0), ("4", 7.0)] {
+        let (s, c) = broadcast("rate", slack);
+        let l = &s["live"];
+        assert_eq!(l["frame_slack_ms"].as_u64(), Some(slack.parse().unwrap()));
+        let late = &l["frame_lateness_ms"];
+        assert_eq!(f(late, "samples"), f(l, "frames_produced"), "{late}");
+        assert!(f(late, "p50_ms") >= 0.0, "{late}");
+        assert!(f(late, "p50_ms") <= limit_ms, "slack {slack}: {late}");
+        // The frames still arrive, each with its latency from its capture.
+        assert!(f(&c["live"], "frames_received") >= 50.0, "{c}");
     }
 }
 
