@@ -402,3 +402,34 @@ def test_publish_writes_stale_caches_again_and_publishes_them(published, monkeyp
     assert main(["publish"]) != 0
     err = capsys.readouterr().err
     assert "pack-0001.ping.parquet: modified" in err, err
+
+
+def test_publish_refuses_a_damaged_pack_and_data_out_of_the_layout(published):
+    """A published pack cut short and a trial directory outside the layout (format 1's
+    results/raw/<household>/...): `publish` refuses, naming both, and pushes nothing (the
+    remote and dvc.lock as they were). Its check of the raw tree is the same for any tree: here
+    the 4 real trials published as packs, not the 11,134 published trials (it decompressed
+    and checked every one of them for 1.5 minutes; tests/test_reanalysis.py pulls and
+    re-analyses those)."""
+    cli = str(VENV_BIN / "latency-divide")
+    env = published["env"]
+    clone = clone_and_pull(published, "refused")
+    run([cli, "repack"], clone, env)
+    run([cli, "publish", "--replace-published"], clone, env)  # the trials as packs
+    remote_before = sorted(p.relative_to(clone).as_posix()
+                           for p in (clone / "dvc-remote").rglob("*"))
+    lock_before = (clone / "dvc.lock").read_text()
+    arc = f"results/raw/{DEFINITIONS[0]}/packs/pack-0001.tar.xz"
+    data = (clone / arc).read_bytes()
+    (clone / arc).unlink()  # a new file: DVC's cache keeps the published bytes
+    (clone / arc).write_bytes(data[: len(data) // 2])
+    stray = clone / "results/raw" / str(HOUSEHOLDS[0]) / "uplink/cubic/rep1"
+    stray.mkdir(parents=True)
+    (stray / "meta.json").write_text("{}")
+    p = run([cli, "publish"], clone, env, check=False)
+    assert p.returncode != 0
+    assert f"{arc}: its sha256 or size is not the one its index records" in p.stderr, p.stderr
+    assert f"results/raw/{HOUSEHOLDS[0]}: not a definition directory" in p.stderr, p.stderr
+    assert sorted(p.relative_to(clone).as_posix()
+                  for p in (clone / "dvc-remote").rglob("*")) == remote_before
+    assert (clone / "dvc.lock").read_text() == lock_before
