@@ -45,6 +45,10 @@ CTLD_PORT = 16817
 #: MinJobAge (s): the executor's squeue status check needs finished jobs kept this long (it
 #: falls back to sacct below 3 x its first status delay, and sacct hangs without accounting).
 MIN_JOB_AGE = 600
+#: AuthInfo cred_expire (s): a job credential's lifetime, and how long Slurm holds a requeued
+#: job (a node set DOWN under it) before it may start again (Slurm's default: 120). A launch
+#: on this one host reaches its slurmd in well under a second.
+CRED_EXPIRE_S = 30
 #: Debian packages (program -> package), installed by scripts/setup.sh.
 PROGRAMS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd",
             "sbatch": "slurm-client", "squeue": "slurm-client", "scontrol": "slurm-client",
@@ -60,7 +64,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={dir}/munge/munge.socket
+AuthInfo=socket={dir}/munge/munge.socket,cred_expire={cred_expire}
 StateSaveLocation={dir}/ctld
 SlurmctldPidFile={dir}/run/slurmctld.pid
 SlurmctldLogFile={dir}/log/slurmctld.log
@@ -215,7 +219,7 @@ class SlurmLab:
             cluster=self.cluster, host=host, ctld_port=self.ctld_port, dir=self.dir, nodes=nodes,
             port_lo=port_lo, port_hi=port_lo + self.nodes - 1, cpus=self.cpus, mem_mb=self.mem_mb,
             budget=self.budget, partition=PARTITION, min_job_age=MIN_JOB_AGE,
-            oversubscribe=self.oversubscribe))
+            cred_expire=CRED_EXPIRE_S, oversubscribe=self.oversubscribe))
         (self.dir / "gres.conf").write_text(GRES_CONF.format(nodes=nodes, budget=self.budget))
         (self.dir / "plugstack.conf").write_text("")
         (self.dir / "bin").mkdir(exist_ok=True)
