@@ -562,7 +562,24 @@ def _replace(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pulled):
+@pytest.fixture
+def companions_kept(pulled):
+    """results/companions as it was before the test, put back after it: a failed `all` deletes
+    the companion tables (its failed job's outputs), and the next test to need them analysed
+    everything again (70 s)."""
+    comp = pulled["clone"] / "results/companions"
+    kept = pulled["tmp"] / "companions-kept"
+    shutil.rmtree(kept, ignore_errors=True)
+    if comp.is_dir():
+        shutil.copytree(comp, kept, symlinks=True)  # (copy2: the same mtimes)
+    yield
+    if kept.is_dir():
+        shutil.rmtree(comp, ignore_errors=True)
+        kept.rename(comp)
+
+
+def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pulled,
+                                                                           companions_kept):
     clone, env = pulled["clone"], pulled["env"]
     _analysed(clone, env)
     a, b, c = (pack_of(d) for d in REFERENCE_DEFINITIONS[:3])
