@@ -263,7 +263,9 @@ def test_a_policed_uplink_drops_instead_of_queueing(topology, tmp_path):
     police = _police_drops(log)
     # it drops: about half the offered frames, in the uplink only
     assert int(police["police_ba_drops"]) > 0, log
-    assert int(police["police_ba_drop_bytes"]) == int(police["police_ba_drops"]) * FRAME
+    # the flow's frames, and now and then one of the ping's (CI of 2026-12-01: one of 1,203)
+    drops, drop_bytes = int(police["police_ba_drops"]), int(police["police_ba_drop_bytes"])
+    assert 0.99 * drops * FRAME <= drop_bytes <= drops * FRAME
     # ... delivers the policed rate (plus at most its burst over the flow) ...
     burst_kbit = 15140 * 8 / FLOW_S / 1000
     assert 0.85 * UP_KBIT <= m["rate_kbit"] <= 1.05 * UP_KBIT + burst_kbit, m["rate_kbit"]

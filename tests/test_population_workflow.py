@@ -46,12 +46,18 @@ def test_a_population_run_gives_the_percentile_table_and_figures(tmp_path):
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     trials = read_table(wf / "results" / "tables" / "trials.parquet", "trials")
-    assert len(trials) == (N + REPEATED) * 2
+    excluded = read_table(wf / "results" / "tables" / "exclusions.parquet", "exclusions")
+    # every trial measured: in the table, or left out for a failed health verdict (on a busy
+    # host a fast downlink can fail at every attempt, the last alone, and the run names it: CI
+    # of 2026-12-01, 614990's 58.8 Mbit/s downlink, lateness p99 5.6 ms alone)
+    assert len(trials) + len(excluded) == (N + REPEATED) * 2
+    assert len(excluded) <= 1, excluded
+    assert excluded["reason"].astype(str).str.startswith("emulation health failed").all()
     pct = read_percentiles(wf / "results" / "tables" / "percentiles.parquet")
     assert set(pct["variant"]) == {"cubic", "copa-0.04"}
     assert set(pct["bucket"]) == {"all", *trials["price_bucket"].astype(str)}
     whole = pct[pct["bucket"] == "all"]
-    assert (whole["n_households"] == N).all()
+    assert (whole["n_households"] >= N - len(excluded)).all()
     assert (whole["n_resamples"] >= 1000).all()
     base = whole[whole["variant"] == "cubic"]
     assert (base["change_group"] == 0).all() and (base["change_paired"] == 0).all()
