@@ -36,7 +36,8 @@ REASON = re.compile(r"(\w+) = ([0-9.]+) [<>] ([0-9.]+)")
 
 
 def bound(packet_us: float, rtt_ms: float, frac: float) -> float:
-    return max(1000.0, 2.0 * packet_us, frac * rtt_ms * 1000.0)
+    """The lateness bound with ``frac`` of the RTT in place of trial.health.PER_RTT's."""
+    return max(H.bound_for(LATE, packet_us), frac * rtt_ms * 1000.0)
 
 
 def fit_rows(path: Path, frac: float, rtts: dict) -> tuple[int, int, int]:
