@@ -283,8 +283,12 @@ def _stalls_cli() -> bool:
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
 def test_a_noisy_host_is_worse_and_named(tmp_path):
     """With the stall injector at ten times its default duty (`latency-divide stalls --duty
-    0.15`), the check's lateness is worse than without it, and it names links of
-    config/config.yaml it cannot hold (exit 3)."""
+    0.15`), the check's lateness is worse than without it at every gap of 1 ms and more, and
+    it names links of config/config.yaml it cannot hold (exit 3).
+
+    The 0.1 ms gap is printed, not compared: a burst delays one wake-up of the thousands the
+    loop makes at that gap, so its p99 stays in the host's own noise (CI 2026-12-01: 48.9 µs
+    quiet against 31.3 µs with the injector, while the 1 ms gap went from 77 µs to 1.7 ms)."""
     if not _stalls_cli():
         pytest.skip("`latency-divide stalls` (the stall injector's command) is not there yet")
     quiet = _host_check(tmp_path, "--seconds", "10", "--force", "--json", state=tmp_path / "s")
@@ -302,6 +306,7 @@ def test_a_noisy_host_is_worse_and_named(tmp_path):
 
     before, after = p99(quiet), p99(noisy)
     print(f"lateness p99 by gap, quiet: {before}; --duty 0.15: {after}")
-    assert after[100.0] > before[100.0] and after[1000.0] > before[1000.0]
+    slow_gaps = [g for g in before if g >= 1000.0]
+    assert slow_gaps and all(after[g] > before[g] for g in slow_gaps), (before, after)
     assert noisy.returncode == EXIT_REFUSED, noisy.stderr[-2000:]
     assert json.loads(noisy.stdout)["assessment"]["refusals"]
