@@ -83,3 +83,30 @@ def test_the_run_summary_names_retries_alone_failures_steal_host_and_floor(tmp_p
     assert lines[2].endswith("4.00 x")
     assert "the hypervisor took 2.4 % of the CPU meanwhile" in lines[3]
     assert len(lines) == 4
+
+
+def test_the_run_summary_gives_the_host_busy_floor_of_the_cpu_it_burned(tmp_path):
+    """At a run's real end the summary adds what this host's CPUs did since the run's start
+    (/proc/stat, steal left out) and the wall time against that busy floor: a run that burned
+    a second of CPU in this process reads at least that much."""
+    from latency_divide.ops.progress import health_report, mark_run_start
+
+    start = tmp_path / "run-start.json"
+    mark_run_start(start)
+    assert "host_busy_cpu_s" in json.loads(start.read_text())
+    t = time.process_time()
+    while time.process_time() - t < 1.0:
+        pass
+    d = tmp_path / "a"
+    d.mkdir()
+    (d / "meta.json").write_text(json.dumps({"attempt": 1, "cpu_s": {"sender": 0.5},
+                                             "health": {"verdict": "pass", "reasons": []}}))
+    lines = health_report([d / "meta.json"], start, cpu_count=2, host={"path": "h.json"})
+    busy = [ln for ln in lines if "this host was busy" in ln]
+    assert len(busy) == 1, lines
+    cpu_s = float(busy[0].split("busy ")[1].split(" CPU s")[0])
+    assert cpu_s >= 1.0, busy[0]
+    assert "wall time against the busy floor" in busy[0]
+    # the trials' 0.5 CPU s are at most half of what the host did
+    share = float(busy[0].split("the trials' CPU ")[1].split(" %")[0])
+    assert 0 < share <= 50, busy[0]

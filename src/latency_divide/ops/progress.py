@@ -27,7 +27,19 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def mark_run_start(path: Path) -> None:
-    write_json_atomic(path, {"started_unix": time.time()})
+    """The run's start, and this host's CPU counters then (for the summary's busy floor)."""
+    write_json_atomic(path, {"started_unix": time.time(), **(_host_cpu() or {})})
+
+
+def _host_cpu() -> dict | None:
+    """This host's busy and stolen CPU seconds since boot, all cores (/proc/stat)."""
+    from latency_divide.trial.meta import cpu_times, steal_times
+
+    busy, steal = cpu_times(), steal_times()
+    if busy is None or steal is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return {"host_busy_cpu_s": busy[0] / tick, "host_steal_cpu_s": steal[0] / tick}
 
 
 def run_start(path: Path) -> float | None:
@@ -102,10 +114,12 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
     in this run (meta.json ``health``, trial.health), how many passed, how many were measured
     again and how many of those alone, the host record they ran on (docs/host.md) and the wall
     time against the host's floor (the trials' CPU seconds, meta.json ``cpu_s``, divided by
-    the cores); then a WARNING line per trial kept with a failed verdict, with its reasons and
+    the cores) and, at the run's real end (``now`` None), against the busy floor (what this
+    host's CPUs did over the run, :func:`_busy_line`); then a WARNING line per trial kept with a failed verdict, with its reasons and
     the hypervisor's steal when it took the CPU (the analysis lists those in
     exclusions.parquet)."""
     start = run_start(start_file) if start_file else None
+    at_start = _read_json(start_file) if start_file else {}
     n = again = alone = 0
     cpu = 0.0
     failed = []
@@ -150,7 +164,37 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
         lines.append(f"[latency-divide] wall time {fmt_duration(wall)} against the host's floor "
                      f"{fmt_duration(floor)} (the trials' {cpu:.0f} CPU s over "
                      f"{cpu_count or os.cpu_count() or 1} cores): {ratio}")
+        busy = _busy_line(at_start, wall, cpu, cpu_count or os.cpu_count() or 1) \
+            if now is None else None
+        if busy:
+            lines.append(busy)
     return lines + failed
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _busy_line(at_start: dict, wall: float, trials_cpu: float, cores: int) -> str | None:
+    """What this host's CPUs did over the run (steal left out): the busy CPU seconds, the
+    trials' share of them (``cpu_s`` leaves out the kernel's per-packet work, Snakemake and the
+    jobs' start-ups) and the wall time against the busy floor, the busy seconds over the cores
+    (docs/host.md, "The floor"). None without the counters (a start file of an older run)."""
+    now = _host_cpu()
+    if not now or "host_busy_cpu_s" not in at_start or wall <= 0:
+        return None
+    busy = (now["host_busy_cpu_s"] - at_start["host_busy_cpu_s"]) - (
+        now["host_steal_cpu_s"] - at_start.get("host_steal_cpu_s", 0.0))
+    if busy <= 0:
+        return None
+    floor = busy / cores
+    return (f"[latency-divide] this host was busy {busy:.0f} CPU s over the run "
+            f"({100 * floor / wall:.1f} % of its {cores} cores, steal left out), the trials' "
+            f"CPU {100 * trials_cpu / busy:.0f} % of it: wall time against the busy floor "
+            f"{fmt_duration(floor)}: {wall / floor:.2f} x")
 
 
 #: A failed trial's summary line names the hypervisor's steal from this share of the CPU on.
