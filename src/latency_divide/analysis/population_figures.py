@@ -18,6 +18,15 @@ figure, the same reference), in the colour of our variant standing for the group
 (:data:`~latency_divide.analysis.facebook.VARIANT_OF`) and at that variant's dodged x
 (:func:`facebook_marks`).
 
+A run of live broadcasts (issue 58, item 4; docs/live.md; its table has
+analysis.population.LIVE_METRICS: :func:`table_app`) plots Facebook's own per-broadcast
+metrics instead of the bulk trials' columns (:data:`LIVE_METRIC_LABELS`, the columns of
+analysis.facebook.LIVE_METRIC_OF), Facebook's numbers as the same diamonds on the column that
+is its definition, and its RTX overhead, which the deck gives in words only (slide "RTX
+Overhead", IETF 106 ICCRG "Copa at Facebook": :data:`FACEBOOK_STATED`), as open triangles on
+the 0 line pointing to the side of Cubic's it states (:func:`stated_marks`): a direction, not a
+value. A bulk run's figures are what they were.
+
 Plot functions take the table and return a ``ggplot`` (no I/O), like analysis.figures.
 """
 
@@ -28,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from latency_divide.analysis.facebook import FACEBOOK, VARIANT_OF
+from latency_divide.analysis.answer import APPS
+from latency_divide.analysis.facebook import FACEBOOK, FACEBOOK_STATED, LIVE_METRIC_OF, VARIANT_OF
 from latency_divide.analysis.figures import (
     WIDTH_IN,
     FigureError,
@@ -40,6 +50,7 @@ from latency_divide.analysis.figures import (
 from latency_divide.analysis.population import (
     ALL,
     BASELINE,
+    LIVE_METRICS,
     MIN_RESAMPLES,
     percentile_table,
     read_percentiles,
@@ -65,6 +76,29 @@ METRIC_LABELS = {
     "goodput_kbps": "goodput",
 }
 
+#: Facet labels of a live run's metrics: the columns that are Facebook's own per-broadcast
+#: definitions (analysis.facebook.LIVE_METRIC_OF; docs/live.md, "The columns"), in Facebook's
+#: order: transport RTT, application RTT of the pings on their own priority stream, goodput =
+#: application bytes of the frames acknowledged / broadcast, RTX overhead.
+LIVE_METRIC_LABELS = {
+    "transport_rtt_mean_ms": "transport RTT",
+    "app_rtt_mean_ms": "app RTT (priority ping)",
+    "goodput_fb_kbps": "goodput (frames acked)",
+    "rtx_overhead": "RTX overhead",
+}
+
+#: The mark of a row Facebook states in words (analysis.facebook.Stated.sign): a triangle
+#: pointing down (below Cubic's) or up (above), drawn at 0 %: no number is claimed.
+STATED_SHAPE = {-1: "v", +1: "^"}
+
+#: What a live figure's marks are (its caption).
+LIVE_CAPTION = (
+    "open diamonds (uplink panels): Facebook's production A/B test, Live video uploads (IETF "
+    "106),\nbeside our variant for its group: Copa δ 0.04 as copa-0.04, BBR as bbr; open "
+    "triangles on the\n0 line (RTX overhead): Facebook's words, no number (\"lower for 90% of "
+    "broadcasts\", \"grows\nrapidly for the last 10%\"): pointing down, Copa's below "
+    "Cubic's; up, above")
+
 
 def build_percentiles(trials_path: Path | str, out: Path | str, *, seed: int,
                       n_resamples: int = MIN_RESAMPLES) -> pd.DataFrame:
@@ -78,40 +112,81 @@ def build_percentiles(trials_path: Path | str, out: Path | str, *, seed: int,
     return table
 
 
-def _frame(pct: pd.DataFrame, buckets: bool) -> pd.DataFrame:
+def table_app(pct: pd.DataFrame) -> str:
+    """The application of a run from its percentile table (analysis.answer.APPS): ``live`` when
+    it has Facebook's per-broadcast metrics (analysis.population.metrics_for adds them for a run
+    with a live broadcast), else ``bulk``."""
+    return "live" if set(LIVE_METRICS) & set(pct["metric"]) else "bulk"
+
+
+def _labels(app: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(the table's metric -> facet label, Facebook's metric -> that label) of ``app``."""
+    if app not in APPS:
+        raise FigureError(f"percentiles: app {app!r}, not one of {', '.join(APPS)}")
+    if app == "bulk":
+        return METRIC_LABELS, METRIC_LABELS
+    return LIVE_METRIC_LABELS, {fb: LIVE_METRIC_LABELS[col] for fb, col in LIVE_METRIC_OF.items()}
+
+
+def _frame(pct: pd.DataFrame, buckets: bool, labels: dict[str, str] = METRIC_LABELS
+           ) -> pd.DataFrame:
     d = pct[pct["variant"] != BASELINE]
     d = d[(d["bucket"] != ALL) if buckets else (d["bucket"] == ALL)]
-    d = d[d["metric"].isin(list(METRIC_LABELS))]
+    d = d[d["metric"].isin(list(labels))]
     d = d[np.isfinite(d["change_group"])]
     if d.empty:
         raise FigureError("percentiles: no variant has a change against "
                           f"{BASELINE} ({'per price bucket' if buckets else 'whole sample'})")
     d = d.assign(change_pct=100 * d["change_group"], lo_pct=100 * d["ci_low_group"],
                  hi_pct=100 * d["ci_high_group"],
-                 metric=d["metric"].map(METRIC_LABELS),
+                 metric=d["metric"].map(labels),
                  pct_label="p" + d["percentile"].round().astype(int).astype(str))
-    d = _cat(d, "metric", [m for m in METRIC_LABELS.values() if m in set(d["metric"])])
+    d = _cat(d, "metric", [m for m in labels.values() if m in set(d["metric"])])
     if buckets:
         d = _cat(d, "bucket", bucket_order(d["bucket"]))
     return d
 
 
 def facebook_marks(d: pd.DataFrame, offset: dict[str, float], buckets: bool,
-                   published=FACEBOOK) -> pd.DataFrame:
+                   published=FACEBOOK, labels: dict[str, str] = METRIC_LABELS) -> pd.DataFrame:
     """Facebook's published changes as rows of the figure's frame ``d`` (:func:`_frame`): one per
-    number of ``published`` whose variant (``VARIANT_OF``) and metric are in ``d``, in the
-    uplink panels only (with ``buckets``, once per bucket that has an uplink panel), at
-    ``x`` = percentile + the variant's dodge ``offset``, ``change_pct`` = 100 x the change."""
+    number of ``published`` whose variant (``VARIANT_OF``) and metric (its facet label:
+    ``labels``, Facebook's metric -> label) are in ``d``, in the uplink panels only (with
+    ``buckets``, once per bucket that has an uplink panel), at ``x`` = percentile + the
+    variant's dodge ``offset``, ``change_pct`` = 100 x the change."""
+    rows = [{"change_pct": 100 * fb.change} for fb in published]
+    return _marks(d, offset, buckets, published, rows, labels, ["change_pct"])
+
+
+def stated_marks(d: pd.DataFrame, offset: dict[str, float], buckets: bool,
+                 stated=FACEBOOK_STATED, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Facebook's rows in words (analysis.facebook.Stated) as rows of the figure's frame, placed
+    as :func:`facebook_marks` places its numbers, but at ``change_pct`` 0 (no number is
+    claimed) with their ``sign`` and ``shape`` (:data:`STATED_SHAPE`: the side of Cubic's)."""
+    labels = _labels("live")[1] if labels is None else labels
+    for s in stated:
+        if s.sign not in STATED_SHAPE:
+            raise FigureError(f"Facebook's stated row {s.metric} p{s.percentile:g} {s.variant}: "
+                              f"sign {s.sign!r}, not -1 (below Cubic's) or +1 (above)")
+    rows = [{"change_pct": 0.0, "sign": s.sign, "shape": STATED_SHAPE[s.sign], "says": s.says}
+            for s in stated]
+    return _marks(d, offset, buckets, stated, rows, labels,
+                  ["change_pct", "sign", "shape", "says"])
+
+
+def _marks(d: pd.DataFrame, offset: dict[str, float], buckets: bool, facebook, values,
+           labels: dict[str, str], columns: list[str]) -> pd.DataFrame:
+    """The rows of ``facebook`` (each with its ``values``) whose metric and variant ``d``'s
+    uplink panels have, placed in them (:func:`facebook_marks`)."""
     up = d[d["direction"].astype(str) == FACEBOOK_DIRECTION]
-    labels = {str(m) for m in up["metric"]}
+    have = {str(m) for m in up["metric"]}
     variants = {str(v) for v in up["variant"]}
-    rows = [{"metric": METRIC_LABELS[fb.metric], "percentile": float(fb.percentile),
-             "group": fb.variant, "variant": VARIANT_OF[fb.variant],
-             "change_pct": 100 * fb.change,
+    rows = [{"metric": labels[fb.metric], "percentile": float(fb.percentile),
+             "group": fb.variant, "variant": VARIANT_OF[fb.variant], **vals,
              "x": float(fb.percentile) + offset[VARIANT_OF[fb.variant]]}
-            for fb in published
-            if METRIC_LABELS.get(fb.metric) in labels and VARIANT_OF.get(fb.variant) in variants]
-    m = pd.DataFrame(rows, columns=["metric", "percentile", "group", "variant", "change_pct", "x"])
+            for fb, vals in zip(facebook, values)
+            if labels.get(fb.metric) in have and VARIANT_OF.get(fb.variant) in variants]
+    m = pd.DataFrame(rows, columns=["metric", "percentile", "group", "variant", *columns, "x"])
     m = m.assign(direction=FACEBOOK_DIRECTION)
     if buckets:  # the same reference in every bucket's uplink panel
         bs = pd.DataFrame({"bucket": [b for b in d["bucket"].cat.categories
@@ -126,8 +201,10 @@ def facebook_marks(d: pd.DataFrame, offset: dict[str, float], buckets: bool,
     return m
 
 
-def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
-    """Change against Cubic (%) per percentile; ``buckets``: one column per price bucket."""
+def percentiles_plot(pct: pd.DataFrame, buckets: bool = False, app: str | None = None):
+    """Change against Cubic (%) per percentile; ``buckets``: one column per price bucket.
+    ``app`` (analysis.answer.APPS; default: :func:`table_app`): ``live`` plots Facebook's own
+    per-broadcast metrics and its stated RTX-overhead rows (module docstring)."""
     from plotnine import (
         aes,
         annotate,
@@ -139,11 +216,19 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
         geom_point,
         ggplot,
         labs,
+        scale_shape_identity,
         scale_x_continuous,
         theme,
     )
 
-    d = _frame(pct, buckets)
+    app = table_app(pct) if app is None else app
+    labels, fb_labels = _labels(app)
+    if app == "live" and not set(LIVE_METRICS) & set(pct["metric"]):
+        raise FigureError(
+            "percentiles: a live run's figure plots Facebook's per-broadcast metrics "
+            f"({', '.join(LIVE_METRICS)}); the table has only "
+            f"{', '.join(sorted(set(pct['metric'])))} (build_percentiles makes them)")
+    d = _frame(pct, buckets, labels)
     pcts = sorted(d["percentile"].unique())
     # the variants side by side at each percentile, DODGE wide in all: offsets computed here,
     # the same in every panel (plotnine's position_dodge, per panel and group, was a third of
@@ -159,8 +244,8 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
     # one group for every bar of a panel: plotnine draws a geom's groups one by one, and the
     # bars, coloured row by row, need no more (the lines keep a group per variant)
     ci = d[np.isfinite(d["lo_pct"]) & np.isfinite(d["hi_pct"])].assign(bars=0)
-    fb = facebook_marks(d, offset, buckets)
-    return (
+    fb = facebook_marks(d, offset, buckets, labels=fb_labels)
+    plot = (
         ggplot(d, aes("x", "change_pct", colour="variant", group="variant"))
         # Facebook's "best connections" (p10-p50) and "worst connections" (p75-p95)
         + annotate("rect", xmin=7, xmax=52.5, ymin=-np.inf, ymax=np.inf, fill="#e8f0e8",
@@ -177,10 +262,16 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False):
         + facet_grid(facets, scales="free_y")
         + labs(x="percentile across households (green: best p10-p50, red: worst p75-p95)",
                y=f"change against {BASELINE} (%)", colour="variant",
-               caption=FACEBOOK_CAPTION)
+               caption=FACEBOOK_CAPTION if app == "bulk" else LIVE_CAPTION)
         + _theme()
         + theme(axis_text_x=element_text(rotation=45, ha="right", size=7))
     )
+    if app == "live":  # Facebook's words: open triangles at 0 %, pointing to their side
+        plot = (plot + geom_point(stated_marks(d, offset, buckets, labels=fb_labels),
+                                  aes(shape="shape"), fill="none", size=3.2, stroke=0.8,
+                                  show_legend=False)
+                + scale_shape_identity())
+    return plot
 
 
 def make_population_figure(name: str, tables_dir: Path | str):
@@ -193,8 +284,21 @@ def make_population_figure(name: str, tables_dir: Path | str):
                           f"{', '.join(POPULATION_FIGURES)}")
     pct = read_percentiles(tdir / "percentiles.parquet")
     trials = read_table(tdir / "trials.parquet", "trials")
-    plot = percentiles_plot(pct, buckets=name == "percentiles_buckets")
+    app = "live" if "live_abr" in trials.columns and trials["live_abr"].notna().any() else "bulk"
+    if table_app(pct) != app:  # population.metrics_for: live metrics iff a live broadcast
+        raise FigureError(
+            f"{tdir / 'percentiles.parquet'} is a {table_app(pct)} run's table but "
+            f"{tdir / 'trials.parquet'} has {'a' if app == 'live' else 'no'} live broadcast: "
+            "rebuild the percentile table from these trials")
+    plot = percentiles_plot(pct, buckets=name == "percentiles_buckets", app=app)
     return plot, trials, [tdir / "trials.parquet", tdir / "percentiles.parquet"]
+
+
+def figure_size(name: str, plot) -> tuple[float, float]:
+    """(width, height) in inches of population figure ``name``: 6 in high for up to 3 metric
+    rows (a bulk run's), 2 in a row beyond (a live run's 4: 8 in)."""
+    rows = len(plot.data["metric"].cat.categories)
+    return (14.0 if name == "percentiles_buckets" else WIDTH_IN), max(6.0, 2.0 * rows)
 
 
 def build_population_figure(name: str, tables_dir: Path | str, pdf: Path | str,
@@ -204,8 +308,7 @@ def build_population_figure(name: str, tables_dir: Path | str, pdf: Path | str,
     from latency_divide.analysis.provenance import build_sidecar, write_sidecar
 
     plot, used, tables = make_population_figure(name, tables_dir)
-    width = 14.0 if name == "percentiles_buckets" else WIDTH_IN
-    outputs = save(plot, pdf, png, width=width, height=6.0)
+    outputs = save(plot, pdf, png, *figure_size(name, plot))
     rec = build_sidecar(pdf, outputs, used, tables=tables)
     write_sidecar(rec, sidecar)
     return rec
