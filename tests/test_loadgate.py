@@ -172,16 +172,7 @@ def test_a_trial_failing_every_attempt_is_measured_once_more_alone(tmp_path, gat
                                                                      monkeypatch):
     """A real trial whose verdict cannot pass (the wait bound set to zero for this test): two
     attempts beside others, then one alone, kept with its failed verdict; the gate's cap fell."""
-    from latency_divide.trial.retry import run_trial_with_retries
-
-    monkeypatch.setitem(H.BOUNDS, "tool_wait_per_slice_us",
-                        ("max", 0.0, None, "a bound no trial meets (test)"))
-    spec = TrialSpec(household=get_household(11406), direction="uplink",
-                     variant=Variant(name="cubic", cc="cubic"), duration_s=2.0, idle_s=1.0,
-                     tool=ToolSettings(name="tquic-perf", path=None, window_bytes=65536))
-    said = []
-    d = run_trial_with_retries(spec, tmp_path / "raw", retries=1, log=said.append,
-                               expected_rt_cores=0.05, rt_ceiling=1.5)
+    d, said = _failing_every_attempt(tmp_path, monkeypatch, "tool_wait_per_slice_us")
     meta = json.loads((d / "meta.json").read_text())
     assert meta["attempt"] == 3 and meta["health"]["verdict"] == "fail" and meta["alone"]
     admission = full_meta(d)["host"]["admission"]  # with the set-up records (setup.json)
@@ -193,6 +184,44 @@ def test_a_trial_failing_every_attempt_is_measured_once_more_alone(tmp_path, gat
     st = loadgate.state()
     assert st["running"] == {}  # alone in its gate, so no attempt lowered the cap
     assert [e["verdict"] for e in st["events"]] == ["fail", "fail", "fail"]
+
+
+def _failing_every_attempt(tmp_path, monkeypatch, bound: str):
+    """A real 2 s trial whose verdict fails every attempt on ``bound`` alone (set to zero for
+    the test), measured with one retry through the gate: (its directory, what it logged)."""
+    from latency_divide.trial.retry import run_trial_with_retries
+
+    monkeypatch.setitem(H.BOUNDS, bound, ("max", 0.0, None, "a bound no trial meets (test)"))
+    if bound in H.PER_RTT:
+        monkeypatch.delitem(H.PER_RTT, bound)
+    for other in set(loadgate.CONTENTION) - {bound}:  # neighbours (other tests) break no other
+        kind, *_ = H.BOUNDS[other]
+        monkeypatch.setitem(H.BOUNDS, other, (kind, 1e9 if kind == "max" else 0.0, None,
+                                              "a bound every trial meets (test)"))
+    spec = TrialSpec(household=get_household(11406), direction="uplink",
+                     variant=Variant(name="cubic", cc="cubic"), duration_s=2.0, idle_s=1.0,
+                     tool=ToolSettings(name="tquic-perf", path=None, window_bytes=65536))
+    said = []
+    d = run_trial_with_retries(spec, tmp_path / "raw", retries=1, log=said.append,
+                               expected_rt_cores=0.05, rt_ceiling=1.5)
+    return d, said
+
+
+@pytest.mark.netns
+def test_a_trial_failing_on_lateness_alone_is_measured_last_beside_the_others(tmp_path, gate_dir,
+                                                                              monkeypatch):
+    """A real trial whose every attempt breaks the delay line's lateness bound and nothing else
+    (the host's stalls, which neighbours do not cause): its last attempt is not alone (it would
+    empty the host for nothing) but beside the others, and it is kept with its failed verdict."""
+    d, said = _failing_every_attempt(tmp_path, monkeypatch, "delayline_late_p99_us")
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["attempt"] == 3 and meta["health"]["verdict"] == "fail"
+    assert not meta.get("alone")
+    assert [r.split(" ", 1)[0] for r in meta["health"]["reasons"]] == ["delayline_late_p99_us"]
+    assert full_meta(d)["host"]["admission"]["exclusive"] is False
+    assert not any("alone, with nothing else measuring" in s for s in said), said
+    assert any("its last attempt is measured beside the others, not alone" in s for s in said)
+    assert [e["verdict"] for e in loadgate.state()["events"]] == ["fail", "fail", "fail"]
 
 
 def test_the_gate_is_on_the_trial_command_path():

@@ -7,7 +7,13 @@ again once the host's CPU pressure has eased; one that fails for another transie
 tool that exited early, a command that failed) is measured again at once. A trial that failed
 its verdict at every attempt is measured once more **alone** (nothing else measures on the
 host meanwhile) before it is kept with its failed verdict: a verdict that fails alone is the
-host's limit for that link, not its neighbours' (issue 57).
+host's limit for that link, not its neighbours' (issue 57). Where every failed attempt broke the
+delay line's lateness and no bound that neighbours break (testbed.loadgate.CONTENTION), the
+last attempt is measured beside the others instead: the host's own stalls stay when the
+neighbours go, and an attempt alone empties the host first. Under the stall injector on
+2026-12-01, 11 of 14 such trials failed alone again (all 10 of the sweep before), while the
+attempts alone and the emptying before each took 22.8 of the sweep's 58.4 minutes
+(CHANGELOG.md, 2026-12-01, "The last attempt of a stalled trial").
 """
 
 from __future__ import annotations
@@ -29,20 +35,27 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
                            log=print, testbed=None, expected_rt_cores: float | None = None,
                            rt_ceiling: float | None = None) -> Path:
     """Measure ``spec`` until its verdict passes: at most ``retries`` + 1 attempts beside other
-    trials and, where the last of them failed its verdict, one more alone; never leave a
+    trials and, where the last of them failed its verdict, one more: alone if an attempt broke
+    a bound that neighbours break, else beside the others (module docstring); never leave a
     partial trial directory behind. ``rt_ceiling``: the host's real-time capacity in cores
     (ops.admission.rt_ceiling), which puts a local trial through the load gate (None: no gate
     and no attempt alone, e.g. an SSH testbed, whose tools run on other hosts; its last
     attempt keeps a failed verdict)."""
     gated = rt_ceiling is not None and expected_rt_cores is not None
     last: Exception | None = None
+    neighbours = False  # a failed attempt broke a bound that neighbours break
     attempt = 0
     while attempt < retries + 1 + int(gated):
         attempt += 1
-        alone = gated and attempt == retries + 2
-        if alone and not isinstance(last, UnhealthyTrial):
-            break  # the attempt alone is for a trial whose last attempt the host failed
-        keep = alone or (not gated and attempt == retries + 1)
+        final = gated and attempt == retries + 2
+        if final and not isinstance(last, UnhealthyTrial):
+            break  # the last attempt is for a trial whose last attempt the host failed
+        alone = final and neighbours
+        if final and not alone:
+            log(f"[latency-divide] trial {spec.trial_id}: every attempt failed on the delay "
+                "line's lateness alone (the host's stalls, which stay when its neighbours go): "
+                "its last attempt is measured beside the others, not alone")
+        keep = final or (not gated and attempt == retries + 1)
         try:
             if gated:
                 with loadgate.admitted(spec.trial_id, expected_rt_cores, rt_ceiling,
@@ -57,8 +70,10 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
             raise  # not transient
         except UnhealthyTrial as e:
             last = e
+            broken = set(getattr(e, "broken", ()))  # trial.run sets it
+            neighbours = neighbours or not broken or bool(broken & set(loadgate.CONTENTION))
             nxt = ("alone, with nothing else measuring" if gated and attempt == retries + 1
-                   else "once the host's CPU pressure has eased")
+                   and neighbours else "once the host's CPU pressure has eased")
             log(f"[latency-divide] trial {spec.trial_id} attempt {attempt}: {e}; measuring "
                 f"it again {nxt}")
             if attempt <= retries:

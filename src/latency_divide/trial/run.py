@@ -104,6 +104,11 @@ def tool_rt_priority(topo, roles, asked: int, here: bool = False) -> dict:
     return {"priority": asked}
 
 
+def admission_broken(meta: dict) -> list[str]:
+    """The names of the bounds a trial's verdict broke (trial.health.BOUNDS)."""
+    return [r.split(" ", 1)[0] for r in meta["health"]["reasons"]]
+
+
 def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None,
               keep_unhealthy: bool = True, expected_rt_cores: float | None = None,
               admission: dict | None = None) -> Path:
@@ -140,10 +145,12 @@ def run_trial(spec: TrialSpec, out_root: Path, *, attempt: int = 1, testbed=None
             if admission.get("exclusive"):
                 meta["alone"] = True
             admission["verdict"] = meta["health"]["verdict"]
-            admission["broken"] = [r.split(" ", 1)[0] for r in meta["health"]["reasons"]]
+            admission["broken"] = admission_broken(meta)
         if meta["health"]["verdict"] == "fail" and not keep_unhealthy:
-            raise UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
-                                 + "; ".join(meta["health"]["reasons"]))
+            e = UnhealthyTrial(f"trial {spec.trial_id}: the emulation did not hold: "
+                               + "; ".join(meta["health"]["reasons"]))
+            e.broken = tuple(admission_broken(meta))  # trial.retry: alone or beside others
+            raise e
         # format 4: the set-up records and every log in one archive beside a compact meta.json
         write_json_atomic(tmp / SETUP_JSON, {k: meta.pop(k) for k in SETUP_KEYS}, indent=None)
         meta["archive"] = {"name": ARCHIVE, "members": pack(tmp)}
