@@ -46,9 +46,10 @@ CTLD_PORT = 16817
 #: falls back to sacct below 3 x its first status delay, and sacct hangs without accounting).
 MIN_JOB_AGE = 600
 #: AuthInfo cred_expire (s): a job credential's lifetime, and how long Slurm holds a requeued
-#: job (a node set DOWN under it) before it may start again (Slurm's default: 120). A launch
-#: on this one host reaches its slurmd in well under a second.
-CRED_EXPIRE_S = 30
+#: job (a node set DOWN under it) before it may start again (Slurm's default: 120; below 5 it
+#: is refused and the default taken). A launch on this one host reaches its slurmd in well under
+#: a second.
+CRED_EXPIRE_S = 10
 #: Debian packages (program -> package), installed by scripts/setup.sh.
 PROGRAMS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd",
             "sbatch": "slurm-client", "squeue": "slurm-client", "scontrol": "slurm-client",
