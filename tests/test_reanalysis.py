@@ -142,12 +142,14 @@ def total(config: str) -> int:
     return len(population_trials(config))
 
 
-def population_trials(config: str = "population.yaml") -> set[tuple]:
-    """(definition, household, direction, variant, rep) of a population run's trials."""
+@functools.cache
+def population_trials(config: str = "population.yaml") -> frozenset[tuple]:
+    """(definition, household, direction, variant, rep) of a population run's trials, computed
+    once per config for the module (published_trials asks for all twelve at every call)."""
     from latency_divide.config import load_config
 
-    return {(d, str(h), dr, v, f"rep{r}") for d, h, dr, v, r in
-            trial_ids(load_config(ROOT / "config" / config))}
+    return frozenset((d, str(h), dr, v, f"rep{r}") for d, h, dr, v, r in
+                     trial_ids(load_config(ROOT / "config" / config)))
 
 
 def on_disk(clone: Path) -> list[Path]:
