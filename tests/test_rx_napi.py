@@ -92,12 +92,14 @@ def test_a_topology_sets_them_up_and_reads_them_back(wanted):
         assert _sysfs(topo, "srv", "ld-s0", "threaded") == "0"
         assert "generic-receive-offload: off" in topo.runner("gw").run(
             ["ethtool", "-k", "ld-gs"]).stdout
-        res = topo.runner("cli").run(["ping", "-n", "-c", "5", "-i", "0.05", SERVER_ADDR],
+        res = topo.runner("cli").run(["ping", "-n", "-c", "20", "-i", "0.05", SERVER_ADDR],
                                      timeout=20)
         assert " 0% packet loss" in res.stdout
         rtts = [float(x.split("time=")[1].split()[0]) for x in res.stdout.splitlines()
                 if "time=" in x]
-        assert abs(sorted(rtts)[len(rtts) // 2] - h.rtt_ms) < 1.0, (rtts, h.rtt_ms)
+        # the least RTT: a busy host only adds to a ping's (CI 2026-12-01, a costlier host
+        # state: 5 pings of 14.2-29.1 ms, median 15.4, on this 13.7 ms household)
+        assert abs(min(rtts) - h.rtt_ms) < 1.0, (rtts, h.rtt_ms)
     assert our_namespaces(topo.tag) == []
 
 

@@ -228,20 +228,24 @@ def _stalls(args) -> int:
               "long_fraction": args.long_fraction, "seed": args.seed}
     interrupt_on_sigterm()
     with injecting(**params) as inj:
-        print(f"stalls: stallinject pid {inj.pid} ({' '.join(inj.argv[1:])})", file=sys.stderr)
+        child = None
         try:
-            child = subprocess.Popen(cmd)
-        except OSError as e:
-            raise ConfigError(f"stalls: cannot run {cmd[0]!r}: {e}") from None
-        try:
+            try:
+                child = subprocess.Popen(cmd)
+            except OSError as e:
+                raise ConfigError(f"stalls: cannot run {cmd[0]!r}: {e}") from None
+            # said once COMMAND runs: a Ctrl-C from then on reaches the wait below
+            print(f"stalls: stallinject pid {inj.pid} ({' '.join(inj.argv[1:])}); command pid "
+                  f"{child.pid}", file=sys.stderr, flush=True)
             rc = child.wait()
         except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            if child is not None:
+                child.send_signal(signal.SIGINT)
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
             rc = 130
     print(f"stalls: {' '.join(f'{k}={v}' for k, v in inj.done.items())}", file=sys.stderr)
     return 128 - rc if rc < 0 else rc
