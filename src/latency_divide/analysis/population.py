@@ -133,11 +133,15 @@ class PercentileInputError(LatencyDivideError):
     """The trials or weights cannot give the percentile view (the message says what is missing)."""
 
 
+def has_live(trials: pd.DataFrame) -> bool:
+    """Is any of a run's trials a live broadcast (a ``live_abr``)?"""
+    return bool("live_abr" in trials.columns and trials["live_abr"].notna().any())
+
+
 def metrics_for(trials: pd.DataFrame) -> tuple[str, ...]:
     """The metrics of a run's table: :data:`METRICS`, and :data:`LIVE_METRICS` after them when
-    any of its trials is a live broadcast (a ``live_abr``)."""
-    live = "live_abr" in trials.columns and trials["live_abr"].notna().any()
-    return (*METRICS, *LIVE_METRICS) if live else METRICS
+    any of its trials is a live broadcast (:func:`has_live`)."""
+    return (*METRICS, *LIVE_METRICS) if has_live(trials) else METRICS
 
 
 def _weights(trials: pd.DataFrame, households: pd.DataFrame | None,

@@ -52,6 +52,7 @@ from latency_divide.analysis.population import (
     BASELINE,
     LIVE_METRICS,
     MIN_RESAMPLES,
+    has_live,
     percentile_table,
     read_percentiles,
     write_percentiles,
@@ -284,7 +285,7 @@ def make_population_figure(name: str, tables_dir: Path | str):
                           f"{', '.join(POPULATION_FIGURES)}")
     pct = read_percentiles(tdir / "percentiles.parquet")
     trials = read_table(tdir / "trials.parquet", "trials")
-    app = "live" if "live_abr" in trials.columns and trials["live_abr"].notna().any() else "bulk"
+    app = "live" if has_live(trials) else "bulk"
     if table_app(pct) != app:  # population.metrics_for: live metrics iff a live broadcast
         raise FigureError(
             f"{tdir / 'percentiles.parquet'} is a {table_app(pct)} run's table but "

@@ -44,8 +44,8 @@ def _host_cpu() -> dict | None:
 
 def run_start(path: Path) -> float | None:
     try:
-        return float(json.loads(Path(path).read_text())["started_unix"])
-    except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError):
+        return float(_read_json(path)["started_unix"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 
@@ -115,7 +115,8 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
     again and how many of those alone, the host record they ran on (docs/host.md) and the wall
     time against the host's floor (the trials' CPU seconds, meta.json ``cpu_s``, divided by
     the cores) and, at the run's real end (``now`` None), against the busy floor (what this
-    host's CPUs did over the run, :func:`_busy_line`); then a WARNING line per trial kept with a failed verdict, with its reasons and
+    host's CPUs did over the run, :func:`_busy_line`); then a WARNING line per trial kept with
+    a failed verdict, with its reasons and
     the hypervisor's steal when it took the CPU (the analysis lists those in
     exclusions.parquet)."""
     start = run_start(start_file) if start_file else None
@@ -182,7 +183,7 @@ def _busy_line(at_start: dict, wall: float, trials_cpu: float, cores: int) -> st
     """What this host's CPUs did over the run (steal left out): the busy CPU seconds, the
     trials' share of them (``cpu_s`` leaves out the kernel's per-packet work, Snakemake and the
     jobs' start-ups) and the wall time against the busy floor, the busy seconds over the cores
-    (docs/host.md, "The floor"). None without the counters (a start file of an older run)."""
+    (docs/host.md, "A sweep on a quiet and on a noisy host"). None without the counters (a start file of an older run)."""
     now = _host_cpu()
     if not now or "host_busy_cpu_s" not in at_start or wall <= 0:
         return None
