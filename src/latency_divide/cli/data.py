@@ -79,6 +79,7 @@ def _sample_config(args) -> int:
     repetitions; for a population sample also the composition and the exclusions."""
     from latency_divide.config import load_config
     from latency_divide.links.population import composition, population_draw
+    from latency_divide.links.subset import add_to_composition
     from latency_divide.data.households import get_households
 
     cfg = load_config(args.config)
@@ -88,6 +89,8 @@ def _sample_config(args) -> int:
         draw = population_draw(cfg.population, cfg.buckets, cfg.seed, qfactor=cfg.qfactor)
     rank = {h: i + 1 for i, h in enumerate(draw.drawn)} if draw else {}
     comp = {by: composition(draw, by) for by in ("price_bucket", "technology")} if draw else {}
+    if draw and draw.subset is not None:  # the households the run measures (links.subset)
+        comp = {by: add_to_composition(draw, rows, by) for by, rows in comp.items()}
     excluded = [{"unit_id": int(r["unit_id"]), "technology": r.get("technology"),
                  "monthly_charge": r.get("monthly.charge"), "reason": why}
                 for r, why in draw.excluded] if draw else []
@@ -105,6 +108,9 @@ def _sample_config(args) -> int:
         print(f"# {args.config}: population sample of {p.n} households weighted by "
               f"{p.weight!r}, seed {cfg.seed}, from {len(draw.eligible)} eligible households "
               f"of the data set ({len(draw.excluded)} excluded)")
+        if p.subset is not None:
+            print(f"# the run measures a subset of {p.subset.n} of them, per price bucket in "
+                  f"proportion (seed {p.subset.seed}): the households listed")
         if p.repeat is not None:
             print(f"# {len(draw.repeated)} of them (share {p.repeat.share:g}) run repetitions "
                   f"{list(cfg.repetitions_of(draw.repeated[0]))}, the others "
@@ -121,13 +127,16 @@ def _sample_config(args) -> int:
     for by, rows in comp.items():
         print(f"\n# composition by {by}: the eligible households, their weighted share"
               " (population %) and the drawn sample")
+        sub = draw.subset is not None
         print(f"{by:<12}  {'households':>10}  {'households %':>12}  {'population %':>12}"
-              f"  {'drawn':>5}  {'drawn %':>7}")
+              f"  {'drawn':>5}  {'drawn %':>7}"
+              + (f"  {'subset':>6}  {'subset %':>8}" if sub else ""))
         for c in rows:
             print(f"{c[by]:<12}  {c['households']:>10}"
                   f"  {100 * c['households'] / len(draw.eligible):>12.1f}"
                   f"  {100 * c['population_share']:>12.1f}"
-                  f"  {c['drawn']:>5}  {100 * c['drawn_share']:>7.1f}")
+                  f"  {c['drawn']:>5}  {100 * c['drawn_share']:>7.1f}"
+                  + (f"  {c['subset']:>6}  {100 * c['subset_share']:>8.1f}" if sub else ""))
     if draw:
         print(f"\n# excluded before the draw: {len(excluded)}")
         for e in excluded:

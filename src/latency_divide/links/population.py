@@ -34,23 +34,16 @@ sort the drawn households by price (each bucket lists only ``name``, ``min``, ``
    households, chosen uniformly without replacement (the sample is already weighted) by
    ``numpy.random.default_rng([seed, 1]).choice(n, k, replace=False)``, run repetitions R
    instead of trial.repetitions.
+6. ``subset: {n: k, seed: t}``: the run measures a seeded k of the n, spread over the buckets
+   in proportion, and ``repeat`` applies to them (links.subset; the draw is the same).
 
-Why not A-ES, as for buckets: its n successive weighted draws include a household with a
-probability that grows less than in proportion to its weight once weights differ much (a heavy
-household "uses up" its chance). The $0-30 households weigh 9.6, the typical $50+ one 0.6; A-ES
-draws on average 20.0 of 240 households from $0-30 where the weights give 22.6 (9.4 %), and
-shifts each bucket's technology mix toward the lighter cells. Systematic sampling includes
-every household with exactly pi_i, so the sample is self-weighting: the expected share of every
-bucket and technology in the sample is its weighted share in the data set, and an unweighted
-mean over the sample estimates the population mean.
-
-The weight column is ``weight``: the data set's per-household population weight,
-popWeight.normalized / sampleWeight.normalized of the household's technology and cost cell
-(the cell's share of US households over its share of the data set's rows), so that the weighted
-households have the population's technology and price mix. The other weight columns are
-per-cell shares (``popWeight.normalized``, ``sampleWeight``, ``sampleWeight.normalized``) or
-counts (``sampleFreq``); weighting households by them would over-represent the cells the FCC
-panel sampled most (docs/population.md).
+Not A-ES, as for buckets: its successive weighted draws include a heavy household less than in
+proportion to its weight (20.0 of 240 from $0-30 on average where the weights give 22.6).
+Systematic sampling includes every household with exactly pi_i: the sample is self-weighting,
+an unweighted mean over it estimates the population mean. The weight column is ``weight``, the
+data set's per-household population weight (popWeight.normalized / sampleWeight.normalized of
+the household's technology and cost cell); the others are per-cell shares or counts, which would
+over-represent the cells the FCC panel sampled most (docs/population-method.md explains both).
 """
 
 from __future__ import annotations
@@ -64,6 +57,7 @@ from typing import Sequence
 from latency_divide.data.buckets import Bucket, bucket_of, validate_buckets
 from latency_divide.errors import ConfigError
 from latency_divide.links import drawcache
+from latency_divide.links.subset import Subset, repeated_households
 
 #: The data set's weight columns and what each is; only ``weight`` weights a household.
 WEIGHT_COLUMNS: dict[str, str] = {
@@ -77,8 +71,6 @@ WEIGHT_COLUMNS: dict[str, str] = {
 }
 #: Columns a population sample may be weighted by.
 POPULATION_WEIGHTS: tuple[str, ...] = ("weight",)
-#: Generator seed of the repeated households: [config seed, REPEAT_STREAM].
-REPEAT_STREAM = 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +93,7 @@ class PopulationSample:
     n: int
     weight: str = "weight"
     repeat: Repeat | None = None
+    subset: Subset | None = None  # the run measures these of the n (links.subset)
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "households.population_sample") -> "PopulationSample":
@@ -109,7 +102,7 @@ class PopulationSample:
         from latency_divide import limits
 
         if not isinstance(d, dict):
-            raise ConfigError(f"{where} = {d!r}: allowed is a mapping with n, weight (and repeat)")
+            raise ConfigError(f"{where} = {d!r}: allowed is a mapping of n, weight, repeat, subset")
         n = d.get("n")
         limits.check("sample", n, f"{where}.n")
         weight = d.get("weight", "weight")
@@ -133,7 +126,8 @@ class PopulationSample:
                     " most 1 (the share of the drawn households that repeat)")
             reps = r["repetitions"]
             repeat = Repeat(float(share), tuple(reps) if isinstance(reps, list) else reps)
-        return cls(n, weight, repeat)
+        sub = d.get("subset")
+        return cls(n, weight, repeat, None if sub is None else Subset.from_dict(sub, n, where))
 
     def to_dict(self) -> dict:
         d: dict = {"n": self.n, "weight": self.weight}
@@ -141,6 +135,8 @@ class PopulationSample:
             reps = self.repeat.repetitions
             d["repeat"] = {"share": self.repeat.share,
                            "repetitions": list(reps) if isinstance(reps, tuple) else reps}
+        if self.subset is not None:
+            d["subset"] = self.subset.to_dict()
         return d
 
 
@@ -151,15 +147,16 @@ class PopulationDraw:
     spec: PopulationSample
     seed: int
     buckets: tuple[Bucket, ...]  # the configured buckets (name, min, max)
-    drawn: tuple[int, ...]  # household IDs in draw order
-    by_bucket: dict[str, list[int]]  # bucket name -> drawn IDs (draw order), every bucket
-    repeated: tuple[int, ...]  # the drawn households that repeat (draw order)
+    drawn: tuple[int, ...]  # household IDs in draw order (all n, with a subset too)
+    by_bucket: dict[str, list[int]]  # bucket name -> the run's IDs (draw order), every bucket
+    repeated: tuple[int, ...]  # the run's households that repeat (draw order)
     eligible: tuple[dict, ...]  # data rows (last-row rule) that may be drawn, file order
     excluded: tuple[tuple[dict, str], ...]  # (row, reason), file order
+    subset: tuple[int, ...] | None = None  # the run's households if a subset (draw order)
 
     def resolved_buckets(self) -> tuple[Bucket, ...]:
-        """The buckets with their drawn households as ``ids``: what the rest of the workflow
-        sees (as for a config that lists IDs)."""
+        """The buckets with the run's households (drawn, or the subset's) as ``ids``: what the
+        rest of the workflow sees (as for a config that lists IDs)."""
         return tuple(Bucket(b.name, b.min_usd, b.max_usd, tuple(self.by_bucket[b.name]))
                      for b in self.buckets)
 
@@ -217,7 +214,10 @@ def population_draw(spec: PopulationSample, buckets: Sequence[Bucket], seed: int
                     data: str | Path | None = None, qfactor: float = 2.0) -> PopulationDraw:
     """n distinct households of the whole data set, weighted by ``spec.weight``, after the
     stated exclusions, sorted into ``buckets`` by price (module docstring). Deterministic for
-    the seed, data, buckets and qfactor."""
+    the seed, data, buckets and qfactor. A subset: the same draw, its households the run's."""
+    if spec.subset is not None:
+        whole = PopulationSample(spec.n, spec.weight, spec.repeat)
+        return spec.subset.apply(population_draw(whole, buckets, seed, data, qfactor), spec)
     from latency_divide import limits
     from latency_divide.data.source import _data_path, unique_rows
 
@@ -249,12 +249,7 @@ def population_draw(spec: PopulationSample, buckets: Sequence[Bucket], seed: int
     by_bucket: dict[str, list[int]] = {b.name: [] for b in buckets}
     for hid in drawn:
         by_bucket[bucket_of(price[hid], buckets)].append(hid)
-    repeated: tuple[int, ...] = ()
-    if spec.repeat is not None:
-        k = spec.repeat.count(spec.n)
-        rng = np.random.default_rng([seed, REPEAT_STREAM])
-        chosen = {int(i) for i in rng.choice(spec.n, k, replace=False)}
-        repeated = tuple(h for i, h in enumerate(drawn) if i in chosen)
+    repeated = repeated_households(drawn, spec.repeat, seed)
     drawcache.store(key, drawn, by_bucket, repeated, [int(r["unit_id"]) for r in eligible],
                     [(int(r["unit_id"]), why) for r, why in excluded])
     return PopulationDraw(spec, seed, buckets, drawn, by_bucket, repeated, eligible, excluded)
@@ -336,11 +331,11 @@ POPULATION_TABLE = "population_sample"
 
 def population_frame(draw: PopulationDraw):
     """One row per household of the data set (file order): unit_id, technology, monthly_charge,
-    price_bucket, weight, status (drawn | not drawn | excluded), draw_rank (1 = first drawn),
-    repeated, reason (why excluded)."""
+    price_bucket, weight, status (drawn | not drawn | excluded | not in subset: drawn, not run),
+    draw_rank (1 = first drawn), repeated, reason (why excluded)."""
     import pandas as pd
 
-    rank = {h: i + 1 for i, h in enumerate(draw.drawn)}
+    rank, runs = {h: i + 1 for i, h in enumerate(draw.drawn)}, set(draw.subset or draw.drawn)
     repeated = set(draw.repeated)
     rows = [(r, None) for r in draw.eligible] + list(draw.excluded)
     rows.sort(key=lambda t: t[0]["unit_id"])
@@ -352,7 +347,8 @@ def population_frame(draw: PopulationDraw):
             "unit_id": hid, "technology": r.get("technology"), "monthly_charge": price,
             "price_bucket": bucket_of(price, draw.buckets) if _finite(price) else None,
             "weight": r.get(draw.spec.weight),
-            "status": "excluded" if reason else ("drawn" if hid in rank else "not drawn"),
+            "status": "excluded" if reason else "drawn" if hid in runs else (
+                "not in subset" if hid in rank else "not drawn"),
             "draw_rank": rank.get(hid), "repeated": hid in repeated, "reason": reason})
     df = pd.DataFrame(out, columns=["unit_id", "technology", "monthly_charge", "price_bucket",
                                     "weight", "status", "draw_rank", "repeated", "reason"])
