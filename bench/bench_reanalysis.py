@@ -62,9 +62,10 @@ def rule_times(log: str) -> dict[str, float]:
 
 
 def figure_times(clone: Path) -> list[tuple[str, float]]:
-    """(figure, seconds) from the figures jobs' logs: each figure's log line is stamped when it
-    is written, so a figure's time is the gap to the line before it (the job's first figure
-    has no line before it and is left out: its time includes the imports)."""
+    """(figure, seconds) from the figures jobs' logs: since issue 59 each figure's line ends
+    with its own time ("(1.23 s)"); before, a line is stamped when it is written, so a figure's
+    time is the gap to the line before it (the job's first figure has no line before it and is
+    left out: its time includes the imports)."""
     out = []
     for log in ("logs/figures/figures.log", "logs/companions/figures.log"):
         f = clone / log
@@ -74,6 +75,10 @@ def figure_times(clone: Path) -> list[tuple[str, float]]:
         for line in f.read_text().splitlines():
             m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\S+\.pdf):", line)
             if not m:
+                continue
+            own = re.search(r"\((\d+\.\d+) s\)$", line)
+            if own:
+                out.append((m.group(3).removeprefix("results/"), float(own.group(1))))
                 continue
             t = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1e3
             if prev is not None:

@@ -3,6 +3,10 @@
 # workflow/report/<figure>.rst) and a provenance sidecar <figure>.provenance.json (households,
 # trials with their definition and config hash, trial files with sha256, git revision;
 # `latency-divide trace`). figure_names() and the helpers are in rules/common.smk.
+# threads: 2: a figures job draws its figures in as many processes as it has threads
+# (analysis.jobs.draw_figures; the same bytes). Snakemake gives a job no more threads than
+# --cores, so `--cores 1`, as the README types it, draws them in one process: never more cores
+# than the user allowed.
 
 
 rule figures:
@@ -15,6 +19,7 @@ rule figures:
         figures=figure_names(),
         household=timeseries_household(),
         household_order=[int(h) for h in HOUSEHOLDS],
+    threads: 2
     conda:
         "../envs/analysis.yaml"
     log:
@@ -44,6 +49,7 @@ if COMPANIONS_PRESENT:
                          "household": timeseries_household(_c.cfg),
                          "household_order": [int(h) for h in _c.cfg.household_ids()]}
                         for _c in COMPANIONS_PRESENT],
+        threads: 2
         conda:
             "../envs/analysis.yaml"
         log:

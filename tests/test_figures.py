@@ -211,3 +211,60 @@ def test_geom_cloud_leaves_points_of_different_styles_to_geom_point():
     (r,), (g,) = ref[0], got[0]
     np.testing.assert_array_equal(g.get_sizes(), r.get_sizes())
     assert len(set(g.get_sizes())) == 2 and len(g.get_offsets()) == 4
+
+
+def _drawn(d):
+    """{file name: bytes} of the PDFs and PNGs under ``d``, and its sidecars without their own
+    paths and time."""
+    out = {}
+    for f in sorted(d.iterdir()):
+        if f.suffix in (".pdf", ".png"):
+            out[f.name] = f.read_bytes()
+        elif f.name.endswith(".provenance.json"):
+            rec = json.loads(f.read_text().replace(str(d), "@"))
+            rec.pop("created_at")
+            out[f.name] = rec
+    return out
+
+
+def test_a_figures_job_draws_what_each_figure_alone_draws_in_one_or_two_processes(
+        built, tmp_path, monkeypatch):
+    """Issue 59: a figures job reads each table once (analysis.figinputs) and, with two threads,
+    draws in two processes; every PDF and PNG is the bytes of the figure drawn on its own
+    (SOURCE_DATE_EPOCH: no time in the PDFs), every sidecar the same record."""
+    from latency_divide.analysis.jobs import figures_job
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    root = built[0]
+    drawn = {}
+    for how in ("alone", 1, 2):
+        d = tmp_path / str(how)
+        d.mkdir()
+        if how == "alone":
+            for name in figures.FIGURES:
+                figures.build_figure(name, root / "tables", d / f"{name}.pdf", d / f"{name}.png",
+                                     d / f"{name}.provenance.json", household_order=[799254, 9254])
+        else:
+            figures_job(figures.FIGURES, str(root / "tables" / "trials.parquet"),
+                        lambda n, d=d: str(d / (n.rsplit("_", 1)[0] + (
+                            ".provenance.json" if n.endswith("_provenance")
+                            else "." + n.rsplit("_", 1)[1]))),
+                        household_order=[799254, 9254], processes=how)
+        drawn[how] = _drawn(d)
+    assert len(drawn["alone"]) == 3 * len(figures.FIGURES)
+    assert drawn[1] == drawn["alone"] and drawn[2] == drawn["alone"]
+
+
+def test_figure_inputs_check_a_table_read_in_part(built, tmp_path):
+    from latency_divide.analysis.figinputs import FigureInputs
+    from latency_divide.errors import LatencyDivideError
+
+    root = built[0]
+    (tmp_path / "timeseries").mkdir()
+    (tmp_path / "timeseries" / "ping.parquet").write_bytes(
+        (root / "tables" / "timeseries" / "queue.parquet").read_bytes())
+    with pytest.raises(LatencyDivideError, match=r"table 'queue' schema version '\d+'; this "
+                                                 r"code reads 'ping'"):
+        FigureInputs(tmp_path).table("ping", ["household_id", "rtt_ms"])
+    got = FigureInputs(root / "tables").table("ping", ["household_id", "rtt_ms"], household=9254)
+    assert list(got.columns) == ["household_id", "rtt_ms"] and set(got["household_id"]) == {9254}

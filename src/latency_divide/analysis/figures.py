@@ -350,45 +350,48 @@ def save(plot, pdf: Path | str, png: Path | str | None = None, width: float = WI
 
 
 def make_figure(name: str, tables_dir: Path | str, household: int | None = None,
-                household_order: Sequence[int] | None = None):
-    """(plot, trials used) for figure ``name`` from the tables under ``tables_dir``."""
-    from latency_divide.analysis.tables import read_table
+                household_order: Sequence[int] | None = None, inputs=None):
+    """(plot, trials used, tables read) for figure ``name`` from the tables under ``tables_dir``,
+    read through ``inputs`` (analysis.figinputs.FigureInputs; default: one of its own)."""
+    from latency_divide.analysis.figinputs import FigureInputs
 
-    tdir = Path(tables_dir)
-    trials = read_table(tdir / "trials.parquet", "trials")
+    t = inputs if inputs is not None else FigureInputs(tables_dir)
+    trials = t.table("trials")
     if name == "delay_tput":
-        summ = read_table(tdir / "summary.parquet", "summary")
-        return delay_tput_plot(summ, variant_order(trials)), trials, [tdir / "trials.parquet",
-                                                                     tdir / "summary.parquet"]
-    if name == "self_delay":
-        ping = read_table(tdir / "timeseries" / "ping.parquet", "ping")
-        return self_delay_plot(ping, trials), trials, [tdir / "trials.parquet",
-                                                      tdir / "timeseries" / "ping.parquet"]
+        return (delay_tput_plot(t.table("summary"), variant_order(trials)), trials,
+                [t.path("trials"), t.path("summary")])
+    if name == "self_delay":  # the columns it draws (of ten)
+        ping = t.table("ping", ["household_id", "direction", "variant", "self_delay_ms",
+                                "during_transfer"])
+        return self_delay_plot(ping, trials), trials, [t.path("trials"), t.path("ping")]
     if name == "timeseries":
         hh = pick_household(trials, household, household_order)
-        ts = {n: read_table(tdir / "timeseries" / f"{n}.parquet", n,
-                            filters=[("household_id", "=", hh)])  # one household's rows only
-              for n in ("ping", "queue", "throughput")}
+        key = ["household_id", "direction", "variant", "repetition", "t_s"]
+        ts = {n: t.table(n, key + [col], household=hh)  # one household's rows only
+              for n, col in (("ping", "rtt_ms"), ("queue", "backlog_bytes"),
+                             ("throughput", "goodput_kbps"))}
         used = trials[trials["household_id"] == hh]
         used = used[used["repetition"] == used.groupby(["direction", "variant"])["repetition"]
                     .transform("min")]
-        paths = [tdir / "trials.parquet"] + [tdir / "timeseries" / f"{n}.parquet" for n in ts]
-        return timeseries_plot(ts, trials, hh), used, paths
+        return timeseries_plot(ts, trials, hh), used, [t.path("trials")] + [t.path(n) for n in ts]
     if name == "divide":
-        return divide_plot(trials), trials, [tdir / "trials.parquet"]
+        return divide_plot(trials), trials, [t.path("trials")]
     raise FigureError(f"unknown figure {name!r}; known: {', '.join(FIGURES)} (and a "
                       "population run's, analysis.population_figures)")
 
 
 def build_figure(name: str, tables_dir: Path | str, pdf: Path | str, png: Path | str,
                  sidecar: Path | str, household: int | None = None,
-                 household_order: Sequence[int] | None = None) -> dict:
-    """Draw figure ``name`` from the tables and write PDF, PNG and the provenance sidecar."""
-    from latency_divide.analysis.provenance import build_sidecar, write_sidecar
+                 household_order: Sequence[int] | None = None, inputs=None) -> dict:
+    """Draw figure ``name`` from the tables and write PDF, PNG and the provenance sidecar
+    (``inputs``: as make_figure's, shared by a figures job's figures of one data set)."""
+    from latency_divide.analysis.figinputs import FigureInputs
+    from latency_divide.analysis.provenance import write_sidecar
 
-    plot, used, tables = make_figure(name, tables_dir, household, household_order)
+    inputs = inputs if inputs is not None else FigureInputs(tables_dir)
+    plot, used, tables = make_figure(name, tables_dir, household, household_order, inputs)
     height = 6.0 if name in ("timeseries", "self_delay") else HEIGHT_IN
     outputs = save(plot, pdf, png, height=height)
-    rec = build_sidecar(pdf, outputs, used, tables=tables)
+    rec = inputs.sidecar(pdf, outputs, used, tables=tables)
     write_sidecar(rec, sidecar)
     return rec

@@ -54,7 +54,6 @@ from latency_divide.analysis.population import (
     MIN_RESAMPLES,
     has_live,
     percentile_table,
-    read_percentiles,
     write_percentiles,
 )
 from latency_divide.vocab import POPULATION_FIGURES  # a population run's figures (config)
@@ -275,24 +274,25 @@ def percentiles_plot(pct: pd.DataFrame, buckets: bool = False, app: str | None =
     return plot
 
 
-def make_population_figure(name: str, tables_dir: Path | str):
-    """(plot, trials used, tables read) for a population figure, like figures.make_figure."""
-    from latency_divide.analysis.tables import read_table
+def make_population_figure(name: str, tables_dir: Path | str, inputs=None):
+    """(plot, trials used, tables read) for a population figure, like figures.make_figure
+    (``inputs``: analysis.figinputs.FigureInputs, as there)."""
+    from latency_divide.analysis.figinputs import FigureInputs
 
-    tdir = Path(tables_dir)
+    t = inputs if inputs is not None else FigureInputs(tables_dir)
     if name not in POPULATION_FIGURES:
         raise FigureError(f"unknown population figure {name!r}; known: "
                           f"{', '.join(POPULATION_FIGURES)}")
-    pct = read_percentiles(tdir / "percentiles.parquet")
-    trials = read_table(tdir / "trials.parquet", "trials")
+    pct = t.table("percentiles")
+    trials = t.table("trials")
     app = "live" if has_live(trials) else "bulk"
     if table_app(pct) != app:  # population.metrics_for: live metrics iff a live broadcast
         raise FigureError(
-            f"{tdir / 'percentiles.parquet'} is a {table_app(pct)} run's table but "
-            f"{tdir / 'trials.parquet'} has {'a' if app == 'live' else 'no'} live broadcast: "
+            f"{t.path('percentiles')} is a {table_app(pct)} run's table but "
+            f"{t.path('trials')} has {'a' if app == 'live' else 'no'} live broadcast: "
             "rebuild the percentile table from these trials")
     plot = percentiles_plot(pct, buckets=name == "percentiles_buckets", app=app)
-    return plot, trials, [tdir / "trials.parquet", tdir / "percentiles.parquet"]
+    return plot, trials, [t.path("trials"), t.path("percentiles")]
 
 
 def figure_size(name: str, plot) -> tuple[float, float]:
@@ -303,13 +303,15 @@ def figure_size(name: str, plot) -> tuple[float, float]:
 
 
 def build_population_figure(name: str, tables_dir: Path | str, pdf: Path | str,
-                            png: Path | str, sidecar: Path | str) -> dict:
+                            png: Path | str, sidecar: Path | str, inputs=None) -> dict:
     """Draw population figure ``name`` and write PDF, PNG and the provenance sidecar (as
     figures.build_figure does for the run's figures)."""
-    from latency_divide.analysis.provenance import build_sidecar, write_sidecar
+    from latency_divide.analysis.figinputs import FigureInputs
+    from latency_divide.analysis.provenance import write_sidecar
 
-    plot, used, tables = make_population_figure(name, tables_dir)
+    inputs = inputs if inputs is not None else FigureInputs(tables_dir)
+    plot, used, tables = make_population_figure(name, tables_dir, inputs)
     outputs = save(plot, pdf, png, *figure_size(name, plot))
-    rec = build_sidecar(pdf, outputs, used, tables=tables)
+    rec = inputs.sidecar(pdf, outputs, used, tables=tables)
     write_sidecar(rec, sidecar)
     return rec

@@ -56,10 +56,13 @@ def sidecar_path(figure: Path | str) -> Path:
 
 
 def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.DataFrame,
-                  tables: Iterable[Path | str] = (), git_rev: str | None = None) -> dict:
+                  tables: Iterable[Path | str] = (), git_rev: str | None = None,
+                  records: dict | None = None) -> dict:
     """The provenance record of a figure drawn from the trials in ``trials`` (rows of the
     trials table: definition_id, config_hash, household_id, price_bucket, direction, variant,
-    repetition, trial_path)."""
+    repetition, trial_path). ``git_rev``: None asks git. ``records``: a dict kept by the caller
+    over sidecars of the same trials and packs (analysis.figinputs), each trial's record
+    built once (by its row) and shared."""
     from latency_divide.trial import definition
 
     hh: dict[str, list[int]] = {}
@@ -73,6 +76,9 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
             "direction", "variant", "repetition"]
     packed_in: dict[str, dict] = {}  # definition directory -> its packed trials, read once
     for r in trials[cols].sort_values("trial_path").itertuples(index=False):
+        if records is not None and r in records:
+            recs.append(records[r])
+            continue
         rec = {"path": r.trial_path, "definition_id": r.definition_id,
                "config_hash": r.config_hash or None,
                "household_id": int(r.household_id),
@@ -89,6 +95,8 @@ def build_sidecar(figure: Path | str, outputs: Iterable[Path | str], trials: pd.
         else:
             rec["files"] = _trial_hashes(r.trial_path)
         recs.append(rec)
+        if records is not None:
+            records[r] = rec
     return {
         "format_version": SIDECAR_FORMAT_VERSION,
         "figure": str(figure),
