@@ -55,7 +55,16 @@ def worst(doc, key):
 
 @rt_gate
 def test_ten_times_the_default_duty_makes_the_lateness_worse():
+    # The host's own stalls come and go (CI 2026-12-01: one quiet probe read a p99 of 12.6 ms,
+    # with no injector, on a host whose hypervisor took the CPU in chunks): the quiet figure is
+    # the best of up to three probes, the host's floor rather than one moment of it.
     quiet = probe()
+    for _ in range(2):
+        if worst(quiet, "p99") <= 300.0:
+            break
+        again = probe()
+        if worst(again, "p99") < worst(quiet, "p99"):
+            quiet = again
     with stalls.injecting(duty=0.15, seed=57) as inj:
         assert inj.ready["duty"] == "0.15" and inj.ready["fifo"] == "1"
         noisy = probe()

@@ -100,19 +100,26 @@ def test_cubic_fills_the_link_and_its_queue(tmp_path, household):
     most ~94% of the rate); the bfifo fills to within 10% of its limit, the idle RTT is the
     household's RTT within 1 ms, nothing is left behind. The host is shared and its CPU is
     sometimes taken (steal): up to three trials are run while they fall short of the rate,
-    and the best one is judged."""
-    best = None
+    and the best of those whose health verdict passed is judged (a trial the verdict fails is
+    left out of the tables, as the analysis does). Where the verdict failed every attempt, the
+    host could not hold the link while the test ran: the test says so and why, and skips."""
+    tried = []
     for attempt in "abc":
         _wait_for_a_quiet_host()
         d = run_trial(_cubic(household), tmp_path / attempt)
         assert EXPECTED_FILES == {p.name for p in d.iterdir()}
         assert EXPECTED_MEMBERS <= set(rawio.members(d))
         m = _metrics(d)
-        if best is None or m["wire_kbps"] > best[1]["wire_kbps"]:
-            best = (d, m)
-        if m["wire_kbps"] >= 0.9 * m["capacity_kbps"]:
+        tried.append((d, m))
+        if (m["meta"]["health"]["verdict"] == "pass"
+                and m["wire_kbps"] >= 0.9 * m["capacity_kbps"]):
             break
-    d, m = best
+    judged = [t for t in tried if t[1]["meta"]["health"]["verdict"] == "pass"]
+    if not judged:
+        pytest.skip("the host bent every attempt (each failed its health verdict: "
+                    + "; ".join(", ".join(t[1]["meta"]["health"]["reasons"]) for t in tried)
+                    + ")")
+    d, m = max(judged, key=lambda t: t[1]["wire_kbps"])
     h = get_household(household)
     assert m["capacity_kbps"] == h.download_kbps
     assert m["wire_kbps"] >= 0.9 * m["capacity_kbps"], m
