@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from latency_divide.config import load_config  # noqa: E402
+from latency_divide.links.subset import proportional_allocation  # noqa: E402
 
 N = 40
 SEED = 41
@@ -42,16 +42,12 @@ SEED = 41
 
 def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
     """n split over the buckets in proportion to ``sizes``, by largest remainder (ties: the
-    bucket listed first)."""
-    total = sum(sizes.values())
-    if not 0 < n <= total:
-        raise SystemExit(f"--n {n}: allowed is 1 to {total}, the households of the draw")
-    exact = {b: n * k / total for b, k in sizes.items()}
-    share = {b: math.floor(x) for b, x in exact.items()}
-    order = sorted(sizes, key=lambda b: (-(exact[b] - share[b]), list(sizes).index(b)))
-    for b in order[:n - sum(share.values())]:
-        share[b] += 1
-    return share
+    bucket listed first): links.subset's rule, which config/live-policed.yaml's subset uses."""
+    try:
+        return proportional_allocation(sizes, n)
+    except ValueError:
+        raise SystemExit(f"--n {n}: allowed is 1 to {sum(sizes.values())}, the households of "
+                         "the draw") from None
 
 
 def choose(by_bucket: dict[str, list[int]], n: int = N, seed: int = SEED) -> dict[str, list[int]]:

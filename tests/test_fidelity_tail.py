@@ -68,6 +68,20 @@ def _workflow(dst: Path) -> Path:
     return dst
 
 
+def _admitted_at_once(wf: Path, env: dict) -> int:
+    """The host check's "about N at once" for the test's config on this host (the record the
+    sweep's own check wrote, reused: no measuring)."""
+    res = subprocess.run([str(VENV_BIN / "latency-divide"), "host-check", "--config",
+                          "config/tail.yaml", "--json", "--go-on"], cwd=wf, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    at_once = int(json.loads(res.stdout)["assessment"]["at_once"])
+    if at_once < 12:
+        pytest.skip(f"this host admits about {at_once} trials at once: no crowd to test "
+                    "(latency-divide host-check --config config/tail.yaml)")
+    return at_once
+
+
 def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
     wf = _workflow(tmp_path / "wf")
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
@@ -78,8 +92,14 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
     metas = sorted((wf / "results" / "raw").rglob("meta.json"))
     assert len(metas) == 12 * 2 * 2
     concurrency = [json.loads(m.read_text())["concurrency"] for m in metas]
-    # a crowd: the budget admits ~35, and with starts 1 s apart the peak here was 24-28
-    assert max(concurrency) >= 22, f"the sweep ran {max(concurrency)} at most at once"
+    # a crowd: as many at once as the budget admits on this host. The host check's "at once"
+    # for this config was ~35 on the fitted host, where with starts 1 s apart the peak was
+    # 24-28; a costlier host admits fewer (the admission scales by its cost factor: CI
+    # 2026-12-02 at factor 1.84 peaked at 20), so the bar is 22 or 3/4 of what it admits.
+    at_once = _admitted_at_once(wf, env)
+    want = min(22, int(0.75 * at_once))
+    assert max(concurrency) >= want, (f"the sweep ran {max(concurrency)} at most at once; "
+                                      f"this host admits about {at_once}")
     # the starts were spaced by the host's start gate: never 3 trials started within 1 s
     placement = [json.loads(m.read_text())["placement"] for m in metas]
     assert all(p["start_spacing_s"] == 1.0 for p in placement), placement
