@@ -199,6 +199,35 @@ def test_the_record_is_written_once_per_boot_and_forced_again(tmp_path):
     assert json.loads(hr.record_path(other / "results" / "host").read_text()) == rec2
 
 
+@pytest.mark.netns  # the injector's bursts need SCHED_FIFO (root)
+@pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
+def test_a_record_measured_under_the_injector_stays_in_its_own_results_tree(tmp_path):
+    """A check under `latency-divide stalls` measures (it does not take this boot's copy),
+    marks its record ``under_stalls`` and leaves the boot's copy the host's own, which a later
+    run without the injector takes (2026-12-02: a run reused a noisy sweep's record)."""
+    state = tmp_path / "state"
+    quiet, noisy, later = (tmp_path / n for n in ("quiet", "noisy", "later"))
+    for d in (quiet, noisy, later):
+        d.mkdir()
+    first = _host_check(quiet, "--seconds", "2", "--go-on", state=state)
+    assert first.returncode == 0, first.stderr
+    own = json.loads(hr.record_path(quiet / "results" / "host").read_text())
+    assert "under_stalls" not in own
+    env = {k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, CHECK_ENV)}
+    env["LATENCY_DIVIDE_STATE_DIR"] = str(state)
+    res = subprocess.run([str(CLI), "stalls", "--", str(CLI), "host-check", "--config",
+                          str(ROOT / "config" / "config.yaml"), "--seconds", "2", "--go-on"],
+                         cwd=noisy, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "measured now" in res.stdout, res.stdout
+    rec = json.loads(hr.record_path(noisy / "results" / "host").read_text())
+    assert rec["under_stalls"] and rec["measured_unix"] > own["measured_unix"]
+    assert json.loads((state / "host" / hr.record_path().name).read_text()) == own
+    after = _host_check(later, "--seconds", "2", "--go-on", state=state)
+    assert after.returncode == 0 and "probing" not in after.stderr, after.stderr
+    assert json.loads(hr.record_path(later / "results" / "host").read_text()) == own
+
+
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
 def test_host_check_on_this_host_end_to_end(tmp_path):
     """`latency-divide host-check --seconds 5` on this host, the real probe, under 30 s."""

@@ -218,7 +218,7 @@ def _stalls(args) -> int:
     import subprocess
 
     from latency_divide.testbed.runners import interrupt_on_sigterm
-    from latency_divide.testbed.stalls import injecting
+    from latency_divide.testbed.stalls import UNDER_ENV, injecting
 
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
@@ -231,7 +231,8 @@ def _stalls(args) -> int:
         child = None
         try:
             try:
-                child = subprocess.Popen(cmd)
+                child = subprocess.Popen(cmd, env={**os.environ,
+                                                   UNDER_ENV: " ".join(inj.argv[1:])})
             except OSError as e:
                 raise ConfigError(f"stalls: cannot run {cmd[0]!r}: {e}") from None
             # said once COMMAND runs: a Ctrl-C from then on reaches the wait below

@@ -9,7 +9,10 @@ testbed.netns.netem_available, its per-boot probe; threaded NAPI), the real-time
 model, kernel, cores, boot id and hostname, and writes ``results/host/<hostname>-<boot8>.json``
 (testbed.hostrecord; temp file, then rename), with a copy in the testbed's per-boot state
 directory (:func:`boot_cache`) so that another results tree on the host in the same boot (a
-test's workflow copy, a second clone) takes it without measuring. The record is reused for the
+test's workflow copy, a second clone) takes it without measuring; a record measured under
+`latency-divide stalls` (``under_stalls``: the injector's arguments) stays in its own results
+tree, so that a later run without the injector does not take the injected host for this one
+(2026-12-02: a run reused a noisy sweep's record). The record is reused for the
 same host and boot unless forced; concurrent checks (a Slurm node's first trial jobs) measure
 once, under a lock.
 What it means (ops.hostfit): the cost factor, the real-time capacity, the fastest link held
@@ -143,13 +146,16 @@ def host_record(force: bool = False, seconds: float = PROBE_DEFAULT_S,
                 records: Path | None = None, binary: Path | None = None,
                 log=None) -> tuple[Path, dict, bool]:
     """This host's record of this boot: (path, record, measured now?). Reused unless ``force``."""
+    from latency_divide.testbed.stalls import UNDER_ENV
+
     path = hr.record_path(records)
     cached = boot_cache() / path.name
+    under = os.environ.get(UNDER_ENV)  # measured under `latency-divide stalls`
     with _locked(path):
         cur = None if force else hr.current_record(records)
         if cur is not None:
             return cur[0], cur[1], False
-        rec = None if force else _cached(cached)
+        rec = None if force or under else _cached(cached)
         if rec is not None:  # measured in this boot for another results tree: the same host
             write_json_atomic(path, rec)
             return path, rec, False
@@ -157,8 +163,11 @@ def host_record(force: bool = False, seconds: float = PROBE_DEFAULT_S,
             log(f"[latency-divide] host check: probing this host for {seconds:g} s "
                 f"({' '.join(probe_argv(seconds, binary))})")
         rec = measure(seconds, binary)
+        if under:
+            rec["under_stalls"] = under
         write_json_atomic(path, rec)
-        write_json_atomic(cached, rec)
+        if not under:  # only the host's own state is this boot's for every results tree
+            write_json_atomic(cached, rec)
     return path, rec, True
 
 
@@ -176,7 +185,8 @@ def _cached(p: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     ok = (isinstance(rec, dict) and rec.get("schema") == hr.SCHEMA
-          and rec.get("boot_id") == hr.boot_id() and rec.get("hostname") == hr.hostname())
+          and rec.get("boot_id") == hr.boot_id() and rec.get("hostname") == hr.hostname()
+          and not rec.get("under_stalls"))
     return rec if ok else None
 
 

@@ -33,6 +33,9 @@ from latency_divide.testbed.runners import LocalRunner, wait_for
 
 #: The environment variable that holds a stall spec (``default`` or ``key=value,...``).
 STALLS_ENV = "LATENCY_DIVIDE_STALLS"
+#: Set by ``latency-divide stalls`` for COMMAND (the injector's arguments): a host check
+#: measured under the injector stays in its own results tree (ops.hostcheck.host_record).
+UNDER_ENV = "LATENCY_DIVIDE_UNDER_STALLS"
 #: How long the injector may take to say it is ready.
 READY_S = 10.0
 #: Its defaults (stallinject's own; issue 57's noisy host), for messages and benches.
