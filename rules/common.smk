@@ -7,6 +7,7 @@ from latency_divide.trial.layout import ID_PATTERN
 from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
 from latency_divide.trial.packs import split as split_packed
+from latency_divide.ops.admission import app_mbit
 from latency_divide.ops.admission import trial_host_load as admission_host_load
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import make_linkplan
@@ -58,7 +59,8 @@ def trial_host_load(wildcards):
         return 1  # not this config's variant: the job refuses it at once (workflow_glue)
     return admission_host_load(_LINKPLANS[hid], wildcards.direction, tool.window_bytes,
                                tool.name, CFG.testbed.kind,
-                               busy_s=CFG.trial.idle_s + CFG.trial.duration_s)
+                               busy_s=CFG.trial.idle_s + CFG.trial.duration_s,
+                               app=app_mbit(tool.args))
 
 
 TRIAL_METAS = [str(trial_meta_path("results/raw", *t)) for t in TRIALS]

@@ -289,3 +289,53 @@ def test_a_trial_is_judged_by_the_cost_model_of_its_own_instrument():
         admission.rt_cores(5000, rtt, None, generation="v1")
     with pytest.raises(ValueError, match="'v7' is not one of v1, v2, v3"):
         admission.rt_cores(5000, rtt, None, generation="v7")
+
+
+def test_a_live_trial_asks_for_what_its_encoder_carries_not_its_link(tmp_path):
+    """A live broadcast is application-limited (its top rung, 4 Mbit/s, and as much again in
+    retransmissions): on a 20 Mbit/s uplink it asks what an 8 Mbit/s link's trial asks, on a
+    link slower than that what a bulk trial asks; the workflow's jobs, the Slurm GRES and the
+    load gate's real-time cores all say so (config/live-policed.yaml on 2026-12-02: a 20.4
+    Mbit/s uplink's broadcast took a tenth of the gate's share its link rate asked)."""
+    live = ("-app=live", "-abr=rate", "-seed=1", "-interval_ms=1000")
+    assert admission.app_mbit(live) == admission.LIVE_CARRIED_MBIT == 8.0
+    assert admission.app_mbit(("-interval_ms=1000",)) is None and admission.app_mbit(()) is None
+    fast, slow = make_linkplan(get_household(10075)), make_linkplan(get_household(9667))
+    assert fast.shaper("uplink").rate_kbit > 20000 and slow.shaper("uplink").rate_kbit < 300
+    w = 4194304
+    bulk_fast = admission.trial_host_load(fast, "uplink", w, busy_s=185)
+    live_fast = admission.trial_host_load(fast, "uplink", w, busy_s=185, app=8.0)
+    assert live_fast < bulk_fast
+    assert live_fast == admission.host_load(max(
+        admission.trial_cores(8000, fast.rtt_ms, w, busy_s=185),
+        admission.RT_HEADROOM * admission.rt_cores(8000, fast.rtt_ms, w)))
+    assert admission.trial_host_load(slow, "uplink", w, busy_s=185, app=8.0) == \
+        admission.trial_host_load(slow, "uplink", w, busy_s=185)
+    # the job's resources in a dry run of the workflow, from the config's app
+    cfg = yaml.safe_load((ROOT / "config/live-quick.yaml").read_text())
+    cfg["households"]["buckets"] = [{"name": "30-40", "min": 30, "max": 40, "ids": [10075]}]
+    cfg["variants"] = [{"name": "cubic-live", "cc": "cubic"},
+                       {"name": "cubic-bulk", "cc": "cubic", "app": {"kind": "bulk"}}]
+    cfg["trial"]["duration_s"] = 11
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "trials", "--configfile",
+                          str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    jobs = dict(re.findall(r"variant=([\w-]+),.*?host_load=(\d+)", text, re.S))
+    gres = dict(re.findall(r"variant=([\w-]+),.*?gres=hostload:(\d+)", text, re.S))
+    assert set(jobs) == set(gres) == {"cubic-live", "cubic-bulk"}, text[-3000:]
+    busy = cfg["trial"]["idle_s"] + 11
+    assert int(jobs["cubic-live"]) == admission.trial_host_load(fast, "uplink", w, busy_s=busy,
+                                                                app=8.0)
+    assert int(jobs["cubic-bulk"]) == admission.trial_host_load(fast, "uplink", w, busy_s=busy)
+    assert int(gres["cubic-live"]) < int(gres["cubic-bulk"]), gres
+    # the load gate's share (trial.run asks ops.admission.spec_rt_cores)
+    from latency_divide.trial.sweep import spec_from_config
+    loaded = load_config(str(path))
+    specs = {v: spec_from_config(loaded, get_household(10075, loaded.buckets), "uplink", v, 1)
+             for v in ("cubic-live", "cubic-bulk")}
+    rt = {v: admission.spec_rt_cores(s, factor=1.0) for v, s in specs.items()}
+    assert rt["cubic-live"] == pytest.approx(admission.rt_cores(8000, fast.rtt_ms, w))
+    assert rt["cubic-live"] < rt["cubic-bulk"] / 2, rt

@@ -80,6 +80,33 @@ TOOL_FACTOR = {"tquic-perf": 1.0, "tperf": 1.5}
 SSH_CORES = 0.03
 
 
+#: The most a live trial carries (Mbit/s), whatever its link: a live broadcast (tquic-perf's
+#: ``-app=live``, docs/live.md) is application-limited by its encoder's top rung, 4000 kbit/s
+#: (tools/tquic-perf/src/abr.rs ``LADDER_KBPS``), and sends at most that once more again in
+#: retransmissions (a policed link's RTX overhead reached 0.96). On a link slower than this the
+#: link's rate bounds it, as a bulk trial's. Measured (bench/bench_live_admission.py on
+#: config/live-policed.yaml's broadcasts, 2026-12-02, cost factor 1.50-1.54): sender, receiver
+#: and delay line used 0.028 real-time cores at the median (at most 0.031) on uplinks of 8
+#: Mbit/s or more, where their link's rate had the load gate charge 0.239; 0.033 on 4.5-8
+#: Mbit/s (charged 0.097), 0.020 below 1.5 (0.046). Capped, the fast links are charged 0.115,
+#: still 1.8 x or more of what any live trial used (bench/baselines/live-admission-2026-12-02.txt).
+LIVE_CARRIED_MBIT = 8.0
+#: The tool flag that makes a trial live (config.app_args puts it first in the tool's args).
+LIVE_FLAG = "-app=live"
+
+
+def app_mbit(tool_args) -> float | None:
+    """The most a trial's application carries (Mbit/s), or None where the link bounds it (the
+    paper's bulk transfer): :data:`LIVE_CARRIED_MBIT` for a live broadcast."""
+    return LIVE_CARRIED_MBIT if LIVE_FLAG in tuple(tool_args or ()) else None
+
+
+def _carried(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
+             app: float | None) -> float:
+    mbit = carried_mbit(rate_kbit, rtt_ms, window_bytes)
+    return mbit if app is None else min(mbit, app)
+
+
 #: Real-time work: both tool ends and the delay line run under SCHED_FIFO (trial.run), so
 #: they take a CPU before anything else and, together, must stay clear of the kernel's
 #: real-time throttling (sched_rt_runtime_us: 95 % of each CPU) with room for their bursts.
@@ -202,31 +229,34 @@ RT_HOST_SHARE = 0.85
 
 def rt_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
              tool: str = "tquic-perf", testbed: str = "local",
-             generation: str | None = None) -> float:
+             generation: str | None = None, app: float | None = None) -> float:
     """Expected real-time cores of one trial at the tail of its load: the tool ends and the
     delay line, zero where the tools run on other hosts; by the cost model of the instrument
     ``generation`` that measured it (default: the one a new trial at this rate gets,
-    trial.instrument.planned_generation)."""
+    trial.instrument.planned_generation). ``app``: the most its application carries
+    (:func:`app_mbit`; None: the link bounds it)."""
     if testbed == "ssh":
         return 0.0
     c = costs(generation or planned_generation(carried_mbit(rate_kbit, rtt_ms, window_bytes)))
     factor = c.tool_factor.get(tool, max(c.tool_factor.values()))
-    rate_part = c.rt_cores_per_mbit * factor * carried_mbit(rate_kbit, rtt_ms, window_bytes)
+    rate_part = c.rt_cores_per_mbit * factor * _carried(rate_kbit, rtt_ms, window_bytes, app)
     return max(c.rt_floor_by_tool.get(tool, 0.0), c.rt_idle_cores + rate_part)
 
 
 def trial_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                 tool: str = "tquic-perf", testbed: str = "local",
-                busy_s: float = 65.0, generation: str | None = None) -> float:
+                busy_s: float = 65.0, generation: str | None = None,
+                app: float | None = None) -> float:
     """Expected mean CPU cores of one trial on this host over its ``busy_s`` seconds
-    (idle baseline + transfer), by the model of ``generation`` (default: as rt_cores)."""
+    (idle baseline + transfer), by the model of ``generation`` (default: as rt_cores);
+    ``app`` as for :func:`rt_cores`."""
     if testbed == "ssh":
         return SSH_CORES
     c = costs(generation or planned_generation(carried_mbit(rate_kbit, rtt_ms, window_bytes)))
     per_rate = c.cores_per_mbit * c.tool_factor.get(tool, max(c.tool_factor.values()))
     wall_s = busy_s + TRIAL_OVERHEAD_S
     return (c.fixed_cpu_s / wall_s + c.run_cores
-            + per_rate * carried_mbit(rate_kbit, rtt_ms, window_bytes))
+            + per_rate * _carried(rate_kbit, rtt_ms, window_bytes, app))
 
 
 def host_load(cores: float, cpu_count: int | None = None) -> int:
@@ -237,24 +267,25 @@ def host_load(cores: float, cpu_count: int | None = None) -> int:
 
 def beyond_host(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                 testbed: str = "local", cpu_count: int | None = None,
-                generation: str | None = None) -> str | None:
+                generation: str | None = None, app: float | None = None) -> str | None:
     """Why this host cannot emulate a trial's link even alone (its real-time work exceeds
     RT_HOST_SHARE of every core), or None. Such a trial is measured once, not retried
     (:func:`retries_for`), and the analysis leaves it out (analysis.metrics.beyond_host_of)."""
     return beyond_cores(plan.shaper(direction).rate_kbit, plan.rtt_ms, window_bytes, tool,
-                        testbed, cpu_count, generation)
+                        testbed, cpu_count, generation, app)
 
 
 def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
                  tool: str = "tquic-perf", testbed: str = "local",
-                 cpu_count: int | None = None, generation: str | None = None) -> str | None:
+                 cpu_count: int | None = None, generation: str | None = None,
+                 app: float | None = None) -> str | None:
     """:func:`beyond_host` from a link's rate and RTT and a host's core count (the analysis
     reads them, and the instrument's generation, from a trial's records)."""
-    rt = rt_cores(rate_kbit, rtt_ms, window_bytes, tool, testbed, generation)
+    rt = rt_cores(rate_kbit, rtt_ms, window_bytes, tool, testbed, generation, app)
     n = cpu_count or os.cpu_count() or 1
     if rt <= RT_HOST_SHARE * n:
         return None
-    return (f"it carries up to {carried_mbit(rate_kbit, rtt_ms, window_bytes):.1f} Mbit/s, "
+    return (f"it carries up to {_carried(rate_kbit, rtt_ms, window_bytes, app):.1f} Mbit/s, "
             f"for which its tool ends and delay line need about {rt:.2f} cores of real-time "
             f"work; this host's {n} core(s) hold at most {RT_HOST_SHARE * n:.2f}: measure it on "
             f"a host with {math.ceil(rt / RT_HOST_SHARE)} or more cores, or over SSH")
@@ -272,7 +303,7 @@ def spec_rt_cores(spec, testbed: str = "local", factor: float | None = None) -> 
     plan = spec.link_plan("netem")
     return factor_here(factor) * rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
                                           spec.tool.window_bytes, spec.tool.name, testbed,
-                                          spec_generation(spec))
+                                          spec_generation(spec), app_mbit(spec.tool.args))
 
 
 def spec_generation(spec) -> str:
@@ -290,7 +321,7 @@ def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
     same way again, and its retries would crowd the trials beside it), saying so."""
     why = beyond_host(spec.link_plan("netem"), spec.direction,
                       spec.tool.window_bytes, spec.tool.name, testbed,
-                      generation=spec_generation(spec))
+                      generation=spec_generation(spec), app=app_mbit(spec.tool.args))
     if why is None:
         return retries
     log(f"[latency-divide] WARNING: trial {spec.trial_id}: this host cannot hold its emulation: "
@@ -300,13 +331,15 @@ def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
 
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
-                    busy_s: float = 65.0, factor: float | None = None) -> int:
+                    busy_s: float = 65.0, factor: float | None = None,
+                    app: float | None = None) -> int:
     """The ``host_load`` a trial asks for, from its link plan (links.plan): its expected
     cores, or its real-time cores with their headroom where those are more (fast links), times
-    the host's cost factor (``factor``; None: this host's, :func:`factor_here`)."""
+    the host's cost factor (``factor``; None: this host's, :func:`factor_here`); ``app`` as for
+    :func:`rt_cores`."""
     rate = plan.shaper(direction).rate_kbit
-    cores = trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s)
-    rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed)
+    cores = trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s, app=app)
+    rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, app=app)
     return host_load(factor_here(factor) * max(cores, RT_HEADROOM * rt), cpu_count)
 
 

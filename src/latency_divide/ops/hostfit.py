@@ -188,10 +188,12 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
         plan = spec.link_plan("netem")
         rate = plan.shaper(direction).rate_kbit
         w, tool = spec.tool.window_bytes, spec.tool.name
+        app = admission.app_mbit(spec.tool.args)
         rt = admission.spec_rt_cores(spec, kind, factor=factor)
-        load = admission.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor)
-        cpu = factor * admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s) * (
-            busy_s + admission.TRIAL_OVERHEAD_S)
+        load = admission.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor,
+                                         app=app)
+        cpu = factor * admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s,
+                                             app=app) * (busy_s + admission.TRIAL_OVERHEAD_S)
         pkt = packet_time_us(rate)
         gap, late = lateness_p99_us(record, pkt) if record else (pkt, 0.0)
         costs.append(TrialCost(tid, rate, rt, load, cpu, pkt, gap, late, plan.rtt_ms))

@@ -40,12 +40,14 @@ TOOL_SHA256_ENV = "LATENCY_DIVIDE_TOOL_SHA256"
 
 
 def trial_millicores(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
-                     testbed: str = "local", busy_s: float = 65.0) -> int:
+                     testbed: str = "local", busy_s: float = 65.0,
+                     app: float | None = None) -> int:
     """A trial's expected cores in thousandths of one core: admission's model (mean cores,
-    or real-time cores with their headroom where those are more), not scaled to a host."""
+    or real-time cores with their headroom where those are more), not scaled to a host;
+    ``app``: the most its application carries (admission.app_mbit)."""
     rate = plan.shaper(direction).rate_kbit
-    cores = admission.trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s)
-    rt = admission.rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed)
+    cores = admission.trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s, app=app)
+    rt = admission.rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, app=app)
     return max(1, math.ceil(1000 * max(cores, admission.RT_HEADROOM * rt)))
 
 
@@ -64,7 +66,8 @@ def trial_gres(cfg, household: int, direction: str, variant: str) -> str:
         return gres(1)  # not this config's variant: the job refuses it at once (ops.workflow)
     plan = _plan(cfg, household)
     return gres(trial_millicores(plan, direction, tool.window_bytes, tool.name, cfg.testbed.kind,
-                                 busy_s=cfg.trial.idle_s + cfg.trial.duration_s))
+                                 busy_s=cfg.trial.idle_s + cfg.trial.duration_s,
+                                 app=admission.app_mbit(tool.args)))
 
 
 _PLANS: dict = {}
