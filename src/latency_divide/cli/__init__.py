@@ -17,6 +17,8 @@ from latency_divide.cli.analysis import (
     _compare_args,
     _copa_rtt,
     _copa_rtt_args,
+    _live_mechanism,
+    _live_mechanism_args,
     _percentiles,
     _percentiles_args,
     _rejudge,
@@ -79,6 +81,9 @@ COMMANDS: dict[str, Command] = {
                         _copa_rtt),
     "percentiles": Command("a population run's percentile table beside Facebook's production "
                            "numbers (Markdown)", _percentiles_args, _percentiles),
+    "live-mechanism": Command("the live rate ABR's rungs against the link and the queue before "
+                              "its down-switches, per broadcast, with its figure",
+                              _live_mechanism_args, _live_mechanism),
     "trace": Command("show a figure's provenance and verify its hashes", _trace_args, _trace),
     "rejudge": Command("list the trials whose health verdict changes under today's bounds "
                        "(in the link's own units)", _rejudge_args, _rejudge),

@@ -1,7 +1,8 @@
 """Subcommands on the results: ``summarize`` (one trial's row of the trials table),
 ``copa-rtt`` (what mvfst's Copa takes for queueing delay, from tperf's qlog), ``compare`` (runs'
 summary tables side by side), ``percentiles`` (a population run's percentile table beside
-Facebook's production numbers) and ``trace`` (a figure's provenance, verified).
+Facebook's production numbers), ``live-mechanism`` (the rate ABR's rungs against the queue,
+per broadcast: analysis.live_mechanism) and ``trace`` (a figure's provenance, verified).
 
 Each is an ``add_arguments`` / ``run`` pair registered in cli.COMMANDS.
 """
@@ -166,4 +167,34 @@ def _rejudge(args) -> int:
     if not args.json:
         print(f"{n} trials, {judged} with health numbers: {len(changed)} verdict(s) change "
               "under today's bounds")
+    return 0
+
+
+def _live_mechanism_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--raw", action="append", required=True, type=Path, metavar="DIR",
+                   help="a results tree's raw data (results/raw); repeat for more (e.g. the "
+                   "2 x BDP run, then the policed run)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="where the tables (live_mechanism*.parquet, live_mechanism.md) and the "
+                   "figure (live_mechanism.{pdf,png} and its provenance) go")
+    p.add_argument("--households", type=int, nargs="+", metavar="ID",
+                   help="only these households (default: those of the first --raw tree)")
+    p.add_argument("--no-figure", action="store_true", help="write the tables only")
+
+
+def _live_mechanism(args) -> int:
+    from latency_divide.analysis.live_mechanism_report import build
+
+    res = build(args.raw, args.out, args.households)
+    names = ["live_mechanism", "live_mechanism_switches", "live_mechanism_rungs",
+             "live_mechanism_summary"]
+    if not args.no_figure:
+        from latency_divide.analysis.live_mechanism_figure import NAME, build_mechanism_figure
+        from latency_divide.analysis.provenance import sidecar_path
+
+        pdf = args.out / f"{NAME}.pdf"
+        build_mechanism_figure(res["used"], pdf, args.out / f"{NAME}.png", sidecar_path(pdf),
+                               tables=[args.out / f"{n}.parquet" for n in names])
+    print((args.out / "live_mechanism.md").read_text(), end="")
+    print(f"{len(res['broadcasts'])} broadcasts; written under {args.out}")
     return 0

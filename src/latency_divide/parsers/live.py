@@ -27,7 +27,8 @@ disagrees with the definitions cannot pass through), the rest are read and check
   (``client``), into a flat dict of typed columns with units in their names;
 - :func:`parse_live_trial` merges a trial's two reports into one row;
 - :func:`bitrate_timeline` returns the bitrate chosen over time as ``(t_s, bitrate_kbps)`` rows
-  (the start and every change), :func:`time_at_rung` the seconds spent at each rung.
+  (the start and every change), :func:`time_at_rung` the seconds spent at each rung,
+  :func:`ping_series` each ping's RTT over time (priority or in-band).
 
 A report without a ``live`` object (a bulk transfer) or with a malformed one raises
 :class:`LiveParseError` naming the field.
@@ -192,3 +193,23 @@ def time_at_rung(report_json_text: str) -> list[tuple[float, float]]:
         raise LiveParseError("live.time_at_rung_s is missing (a receiver's report?)")
     return [(float(_num({"v": r[0]}, "v", "live.time_at_rung_s")),
              float(_num({"v": r[1]}, "v", "live.time_at_rung_s"))) for r in rows]
+
+
+def ping_series(report_json_text: str, kind: str = "priority") -> list[tuple[float, float]]:
+    """Each ping's RTT over the broadcast, ``(t_s, rtt_ms)`` rows, t_s in seconds from the
+    broadcast's start (the sender's report): ``kind`` ``priority`` (``app_rtt_ms``, the pings
+    on their own stream) or ``inband`` (``app_rtt_inband_ms``, queued behind the video)."""
+    key = {"priority": "app_rtt_ms", "inband": "app_rtt_inband_ms"}.get(kind)
+    if key is None:
+        raise ValueError(f"ping kind {kind!r} is not 'priority' or 'inband'")
+    _, live = _load(report_json_text)
+    rows = (live.get(key) or {}).get("series") if isinstance(live.get(key), dict) else None
+    if not isinstance(rows, list):
+        raise LiveParseError(f"live.{key}.series is missing (a receiver's report?)")
+    out = []
+    for i, r in enumerate(rows):
+        if not (isinstance(r, list) and len(r) == 2):
+            raise LiveParseError(f"live.{key}.series[{i}]={r!r} is not [t_s, ms]")
+        t, ms = (_num({"v": x}, "v", f"live.{key}.series[{i}]") for x in r)
+        out.append((float(t), float(ms)))
+    return out
