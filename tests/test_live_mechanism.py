@@ -150,6 +150,12 @@ def test_a_policed_broadcast_has_no_queue_led_switch(tmp_path):
     assert r["condition"] == "policed-5ms" and r["queue_median_ms"] == 0
     assert r["switches_down"] == 1 and r["down_queue_led_share"] == 0
     assert r["seconds_queue_high_share"] == 0 and not sw["queue_led"].any()
+    # its in-band ping waited 260 ms more than the priority one before the down-switch: the
+    # video waited in the sender, not in the network
+    down = sw[sw["kind"] == "down"].iloc[0]
+    assert down["sender_wait_before_ms"] == 260.0 and bool(down["sender_led"])
+    assert r["sender_wait_median_ms"] == 0 and r["down_sender_led_share"] == 1.0
+    assert r["seconds_sender_high_share"] == pytest.approx(4 / 60)
 
 
 def test_the_rung_below_the_link(tmp_path):

@@ -31,6 +31,13 @@ variant): the lowest repetition. Definitions (units in the column names):
   the share of its down-switches that are queue-led; the base rate it is judged against,
   ``seconds_queue_high_share``, is the share of the broadcast's whole seconds [k-1, k) whose
   largest queue_ms passes the same bound, and ``up_queue_led_share`` the share of up-switches.
+- ``sender_wait_ms`` of a second: its in-band ping's RTT minus its priority ping's (the two
+  are sent together; ms): the time the in-band ping waited behind the video in the sender,
+  which the network's queue does not explain (both pings cross it). Per switch
+  ``sender_wait_before_ms`` = ``inband_before_ms`` - ``prio_before_ms``; ``sender_led`` when it
+  is >= the broadcast's median ``sender_wait_ms`` + the same half base RTT; per broadcast
+  ``sender_wait_median_ms``, ``down_sender_led_share``, ``deep_sender_led_share`` and the base
+  rate ``seconds_sender_high_share`` (of the seconds with both pings), as for the queue.
 - ``deep``: a down-switch to a rung below ``rung_below_kbps`` (not the flip between the rungs
   around the link's rate): ``down_deep`` counts them, ``deep_queue_led_share`` as above.
 - ``down_fifo_drops_per_s``: the mean of ``fifo_drops_before`` over down-switches, against
@@ -85,7 +92,9 @@ BROADCASTS_SCHEMA = pa.schema(KEY_FIELDS + [
     ("app_rtt_median_ms", _F), ("app_rtt_inband_median_ms", _F), ("app_rtt_mean_ms", _F),
     ("down_queue_led_share", _F), ("up_queue_led_share", _F), ("down_deep", _I),
     ("deep_queue_led_share", _F), ("seconds_queue_high_share", _F),
-    ("down_fifo_drops_per_s", _F), ("fifo_drops_per_s", _F), ("down_queue_excess_median_ms", _F),
+    ("down_fifo_drops_per_s", _F), ("fifo_drops_per_s", _F), ("sender_wait_median_ms", _F),
+    ("down_sender_led_share", _F), ("deep_sender_led_share", _F),
+    ("seconds_sender_high_share", _F), ("down_queue_excess_median_ms", _F),
     ("down_prio_excess_median_ms", _F), ("down_inband_excess_median_ms", _F),
     ("frames_dropped", _I), ("frames_dropped_pct", _F), ("rtx_overhead", _F),
     ("fifo_drops", _I), ("policer_drops", _I)])
@@ -94,7 +103,8 @@ SWITCHES_SCHEMA = pa.schema([f for f in KEY_FIELDS if f[0] in (
     ("t_s", _F), ("kind", _S), ("from_kbps", _F), ("to_kbps", _F),
     ("queue_before_ms", _F), ("queue_median_ms", _F), ("prio_before_ms", _F),
     ("prio_median_ms", _F), ("inband_before_ms", _F), ("inband_median_ms", _F),
-    ("fifo_drops_before", _I), ("queue_led", _B), ("deep", _B)])
+    ("fifo_drops_before", _I), ("queue_led", _B), ("sender_wait_before_ms", _F),
+    ("sender_led", _B), ("deep", _B)])
 RUNGS_SCHEMA = pa.schema([("condition", _S), ("household_id", _I), ("variant", _S),
                           ("rung_kbps", _F), ("time_s", _F), ("share", _F)])
 class MechanismError(LatencyDivideError):
@@ -194,6 +204,18 @@ def _median(a: np.ndarray) -> float:
     return float(np.median(a)) if a.size else math.nan
 
 
+def sender_wait(b: Broadcast) -> pd.DataFrame:
+    """Per second with both pings: t_s (the in-band ping's) and ``sender_wait_ms`` (module
+    doc), pairing each in-band ping with the priority ping sent within 0.1 s of it."""
+    cols = ["t_s", "rtt_ms"]
+    i = pd.DataFrame(b.pings["inband"], columns=cols).sort_values("t_s")
+    p = pd.DataFrame(b.pings["priority"], columns=cols).sort_values("t_s")
+    m = pd.merge_asof(i, p, on="t_s", direction="nearest", tolerance=0.1,
+                      suffixes=("_inband", "_prio")).dropna()
+    return pd.DataFrame({"t_s": m["t_s"], "sender_wait_ms": m["rtt_ms_inband"]
+                         - m["rtt_ms_prio"]}).reset_index(drop=True)
+
+
 def switches(b: Broadcast) -> pd.DataFrame:
     """Every rung change of a broadcast with what preceded it (module doc)."""
     tl = np.array(b.timeline, dtype="float64").reshape(-1, 2)
@@ -211,7 +233,11 @@ def switches(b: Broadcast) -> pd.DataFrame:
     out["fifo_drops_before"] = np.array([int(b.queue["drops"].to_numpy()[a:c].sum())
                                          for a, c in zip(lo, hi)], dtype="int64")
     df = pd.DataFrame(out)
-    df["queue_led"] = df["queue_before_ms"] >= qmed + QUEUE_RISE_RTT * b.base_rtt_ms
+    rise = QUEUE_RISE_RTT * b.base_rtt_ms
+    df["queue_led"] = df["queue_before_ms"] >= qmed + rise
+    df["sender_wait_before_ms"] = df["inband_before_ms"] - df["prio_before_ms"]
+    df["sender_led"] = df["sender_wait_before_ms"] >= _median(
+        sender_wait(b)["sender_wait_ms"].to_numpy()) + rise
     below = rung_below([k for k, _ in b.rungs], b.capacity_kbps)
     df["deep"] = (df["kind"] == "down") & (df["to_kbps"] < below)
     for k in ("condition", "household_id", "variant", "repetition", "trial_path"):
@@ -229,7 +255,9 @@ def broadcast_row(b: Broadcast, sw: pd.DataFrame) -> dict:
     qmed = _median(qv)
     qt = b.queue["t_s"].to_numpy()
     secs = np.arange(1, int(dur) + 1, dtype="float64")
-    high = _window_max(qt, qv, secs) >= qmed + QUEUE_RISE_RTT * b.base_rtt_ms
+    rise = QUEUE_RISE_RTT * b.base_rtt_ms
+    high = _window_max(qt, qv, secs) >= qmed + rise
+    sw_ms = sender_wait(b)["sender_wait_ms"].to_numpy()
     down, up, deep = sw[sw["kind"] == "down"], sw[sw["kind"] == "up"], sw[sw["deep"]]
     lv = b.live
     return {**b.keys, "capacity_kbps": b.capacity_kbps, "base_rtt_ms": b.base_rtt_ms,
@@ -249,6 +277,10 @@ def broadcast_row(b: Broadcast, sw: pd.DataFrame) -> dict:
             "app_rtt_mean_ms": lv["app_rtt_mean_ms"],
             **{f"{k}_queue_led_share": float(g["queue_led"].mean()) if len(g) else math.nan
                for k, g in (("down", down), ("up", up), ("deep", deep))},
+            **{f"{k}_sender_led_share": float(g["sender_led"].mean()) if len(g) else math.nan
+               for k, g in (("down", down), ("deep", deep))},
+            "sender_wait_median_ms": _median(sw_ms), "seconds_sender_high_share":
+            float((sw_ms >= _median(sw_ms) + rise).mean()) if sw_ms.size else math.nan,
             "down_deep": len(deep),
             "seconds_queue_high_share": float(high.mean()) if secs.size else math.nan,
             "down_fifo_drops_per_s": float(down["fifo_drops_before"].mean()) if len(down)

@@ -24,8 +24,9 @@ SUMMARY_COLUMNS = ["condition", "variant", "households", "bitrate_over_rate",
                    "share_at_rung_below", "share_above", "higher_than_cubic",
                    "bitrate_vs_cubic_pct", "switches_down", "down_queue_led_share",
                    "up_queue_led_share", "down_deep", "deep_queue_led_share",
-                   "seconds_queue_high_share", "queue_median_ms",
-                   "rtx_overhead", "frames_dropped_pct"]
+                   "seconds_queue_high_share", "queue_median_ms", "down_sender_led_share",
+                   "deep_sender_led_share", "seconds_sender_high_share",
+                   "sender_wait_median_ms", "rtx_overhead", "frames_dropped_pct"]
 SUMMARY_SCHEMA = pa.schema([("condition", _S), ("variant", _S), ("households", _I),
                             ("higher_than_cubic", _S)] +
                            [(c, _F) for c in SUMMARY_COLUMNS[4:] if c != "higher_than_cubic"])
@@ -33,8 +34,8 @@ SUMMARY_SCHEMA = pa.schema([("condition", _S), ("variant", _S), ("households", _
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per condition and variant, over households: means of the per-broadcast ratios and
-    shares; ``down_queue_led_share`` / ``up_queue_led_share`` pooled over the broadcasts'
-    switches (weighted by their counts: rows' shares x switches); ``higher_than_cubic`` "k of
+    shares; the ``*_led_share`` columns pooled over the broadcasts' switches (weighted by
+    their counts: rows' shares x switches); ``higher_than_cubic`` "k of
     n": households whose mean bitrate is above Cubic's under the same condition, and
     ``bitrate_vs_cubic_pct`` the mean of their changes (%; NaN for Cubic itself)."""
     out = []
@@ -43,8 +44,10 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
         m = g.merge(cub[["household_id", "bitrate_mean_kbps"]], on="household_id",
                     suffixes=("", "_cubic"))
         dn, up = g["switches_down"], g["switches_up"]
-        led = {k: (g[f"{k}_queue_led_share"].fillna(0) * n).sum() / n.sum() if n.sum()
-               else math.nan for k, n in (("down", dn), ("up", up), ("deep", g["down_deep"]))}
+        led = {f"{k}_{w}_led_share": (g[f"{k}_{w}_led_share"].fillna(0) * n).sum() / n.sum()
+               if n.sum() else math.nan for k, n in (("down", dn), ("up", up),
+                                                     ("deep", g["down_deep"]))
+               for w in ("queue", "sender") if f"{k}_{w}_led_share" in g}
         out.append({"condition": cond, "variant": var, "households": len(g),
                     "bitrate_over_rate": g["bitrate_over_rate"].mean(),
                     "share_at_rung_below": g["share_at_rung_below"].mean(),
@@ -56,7 +59,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
                         (100 * (m["bitrate_mean_kbps"] / m["bitrate_mean_kbps_cubic"] - 1))
                         .mean()),
                     "switches_down": dn.mean(),
-                    **{f"{k}_queue_led_share": v for k, v in led.items()},
+                    **led, "sender_wait_median_ms": g["sender_wait_median_ms"].mean(),
+                    "seconds_sender_high_share": g["seconds_sender_high_share"].mean(),
                     "down_deep": g["down_deep"].mean(),
                     "seconds_queue_high_share": g["seconds_queue_high_share"].mean(),
                     "queue_median_ms": g["queue_median_ms"].mean(),
@@ -65,26 +69,28 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
 
 
-#: The Markdown's columns: (header, column, decimals); None: as it is.
+#: The Markdown's columns: (header, column, decimals; None: as it is); a header-less column
+#: joins the one before it in one cell.
+_LED = [("queue-led: down, deep, seconds", "down_queue_led_share", 2),
+        ("", "deep_queue_led_share", 2), ("", "seconds_queue_high_share", 2),
+        ("sender-led: down, deep, seconds", "down_sender_led_share", 2),
+        ("", "deep_sender_led_share", 2), ("", "seconds_sender_high_share", 2)]
 _SUMMARY_MD = [("condition", "condition", None), ("variant", "variant", None),
                ("households", "households", None), ("bitrate / rate", "bitrate_over_rate", 2),
-               ("at rung below", "share_at_rung_below", 2), ("above", "share_above", 2),
+               ("at rung below, above", "share_at_rung_below", 2), ("", "share_above", 2),
                ("higher than Cubic", "higher_than_cubic", None),
                ("bitrate vs Cubic %", "bitrate_vs_cubic_pct", 1),
-               ("down-switches", "switches_down", 0), ("queue-led down", "down_queue_led_share", 2),
-               ("queue-led up", "up_queue_led_share", 2), ("deep down", "down_deep", 0),
-               ("queue-led deep", "deep_queue_led_share", 2),
-               ("seconds queue high", "seconds_queue_high_share", 2),
-               ("queue median ms", "queue_median_ms", 1), ("RTX overhead", "rtx_overhead", 3),
-               ("frames dropped %", "frames_dropped_pct", 2)]
+               ("down-switches, deep", "switches_down", 0), ("", "down_deep", 0)] + _LED + [
+               ("queue median ms", "queue_median_ms", 1),
+               ("sender wait median ms", "sender_wait_median_ms", 0),
+               ("RTX overhead", "rtx_overhead", 3), ("frames dropped %", "frames_dropped_pct", 2)]
 _ROWS_MD = [("condition", "condition", None), ("household", "household_id", None),
             ("rate kbit/s", "capacity_kbps", 0), ("variant", "variant", None),
-            ("rung below", "rung_below_kbps", 0), ("at it", "share_at_rung_below", 2),
-            ("above", "share_above", 2), ("bitrate / rate", "bitrate_over_rate", 2),
-            ("down", "switches_down", None), ("queue-led down", "down_queue_led_share", 2),
-            ("deep", "down_deep", None), ("queue-led deep", "deep_queue_led_share", 2),
-            ("seconds queue high", "seconds_queue_high_share", 2),
-            ("queue p50 ms", "queue_median_ms", 0), ("queue p95 ms", "queue_p95_ms", 0),
+            ("rung below", "rung_below_kbps", 0), ("at it, above", "share_at_rung_below", 2),
+            ("", "share_above", 2), ("bitrate / rate", "bitrate_over_rate", 2),
+            ("down, deep", "switches_down", None), ("", "down_deep", None)] + _LED + [
+            ("queue p50, p95 ms", "queue_median_ms", 0), ("", "queue_p95_ms", 0),
+            ("sender wait p50 ms", "sender_wait_median_ms", 0),
             ("FIFO drops/s before down, all", "down_fifo_drops_per_s", 1),
             ("", "fifo_drops_per_s", 1), ("RTX overhead", "rtx_overhead", 3),
             ("frames dropped", "frames_dropped", None)]
@@ -110,9 +116,11 @@ def _md(df: pd.DataFrame, cols) -> list[str]:
 def markdown(rows: pd.DataFrame, summ: pd.DataFrame) -> str:
     """The summary and the per-broadcast table, Markdown."""
     return "\n".join([
-        f"Queue-led: the second before held >= {QUEUE_RISE_RTT:g} base RTT more queue (at the "
-        "link's rate) than the broadcast's median; deep: a down-switch below the rung below "
-        "the link. Shares of broadcast time or of switches.", ""] + _md(summ, _SUMMARY_MD) + [
+        f"Queue-led (sender-led): the second before held >= {QUEUE_RISE_RTT:g} base RTT more "
+        "bottleneck queue (in-band minus priority ping RTT) than the broadcast's median; "
+        "'seconds': the share of all its seconds that did (the base rate); deep: a "
+        "down-switch below the rung below the link. Shares of broadcast time or of "
+        "switches (analysis.live_mechanism).", ""] + _md(summ, _SUMMARY_MD) + [
         ""] + _md(rows.sort_values(["condition", "capacity_kbps", "variant"]), _ROWS_MD)) + "\n"
 
 
