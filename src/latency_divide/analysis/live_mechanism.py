@@ -20,7 +20,9 @@ variant): the lowest repetition. Definitions (units in the column names):
   ones, from the report's ``time_at_rung_s``; the rung table has every rung's seconds.
 - ``bitrate_over_rate``: the report's time-weighted ``bitrate_mean_kbps`` / ``capacity_kbps``;
   ``goodput_over_rate`` the same for Facebook's goodput.
-- a switch: a change of rung in the timeline, ``down`` to a lower rung, ``up`` to a higher.
+- a switch: a change of rung in the timeline, ``down`` to a lower rung, ``up`` to a higher
+  (the tool keeps the first 2000 entries: past them, ``timeline_truncated``, the switches are
+  not seen; ``bitrate_switches`` is the report's count of all).
   For each, "the second before" is [t - 1 s, t): ``queue_before_ms`` is the largest queue_ms
   sampled in it, ``prio_before_ms`` / ``inband_before_ms`` the largest RTT of the priority /
   in-band pings sent in it (parsers.live.ping_series), each beside the broadcast's median;
@@ -88,7 +90,7 @@ BROADCASTS_SCHEMA = pa.schema(KEY_FIELDS + [
     ("share_at_rung_below", _F), ("share_above", _F), ("share_below", _F),
     ("bitrate_mean_kbps", _F), ("bitrate_over_rate", _F), ("goodput_fb_kbps", _F),
     ("goodput_over_rate", _F), ("switches_down", _I), ("switches_up", _I),
-    ("timeline_truncated", _B), ("queue_median_ms", _F), ("queue_p95_ms", _F),
+    ("bitrate_switches", _I), ("timeline_truncated", _B), ("queue_median_ms", _F), ("queue_p95_ms", _F),
     ("app_rtt_median_ms", _F), ("app_rtt_inband_median_ms", _F), ("app_rtt_mean_ms", _F),
     ("down_queue_led_share", _F), ("up_queue_led_share", _F), ("down_deep", _I),
     ("deep_queue_led_share", _F), ("seconds_queue_high_share", _F),
@@ -270,6 +272,7 @@ def broadcast_row(b: Broadcast, sw: pd.DataFrame) -> dict:
             "goodput_fb_kbps": lv["goodput_fb_kbps"],
             "goodput_over_rate": (lv["goodput_fb_kbps"] or math.nan) / b.capacity_kbps,
             "switches_down": len(down), "switches_up": len(up),
+            "bitrate_switches": lv["bitrate_switches"],
             "timeline_truncated": b.truncated, "queue_median_ms": qmed,
             "queue_p95_ms": float(np.percentile(qv, 95)) if qv.size else math.nan,
             "app_rtt_median_ms": _median(b.pings["priority"][:, 1]),

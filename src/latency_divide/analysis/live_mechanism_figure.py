@@ -1,6 +1,7 @@
 """The figure of the mechanism check (analysis.live_mechanism; docs/live-mechanism.md):
 ``live_mechanism``, for each household (rows, by the link's rate) and variant (columns) the
-bitrate the ABR chose (a step per rung change, held to the broadcast's end) with the link's
+bitrate the ABR chose (a step per rung change, held to the broadcast's end, or to the last
+change of a truncated timeline) with the link's
 rate as a dashed line, and below it the bottleneck queue as ms of delay at the link's rate,
 over the broadcast; one colour per condition (the first results tree's, e.g. 2 x BDP FIFO,
 and any other's, e.g. the policed run's broadcasts of the same households beside it).
@@ -45,7 +46,8 @@ def mechanism_frame(used: Sequence[Broadcast]) -> tuple[pd.DataFrame, pd.DataFra
     parts, rates = [], []
     for b in used:
         tl, c = b.timeline, b.keys["condition"]
-        end = max(float(b.live["broadcast_s"]), tl[-1][0])
+        # a truncated timeline (its first 2000 entries) ends at its last change
+        end = tl[-1][0] if b.truncated else max(float(b.live["broadcast_s"]), tl[-1][0])
         base = {"household_id": b.keys["household_id"], "capacity_kbps": b.capacity_kbps,
                 "variant": b.keys["variant"], "condition": c}
         row = _row(b, BITRATE, c if len(conds) > 1 else "")
@@ -101,7 +103,7 @@ def build_mechanism_figure(used: Sequence[Broadcast], pdf: Path | str, png: Path
     plot = mechanism_plot(frame, rates, variant_order(keys))
     n_rows = frame["row"].nunique()
     outputs = save(plot, pdf, png, width=max(7.5, 2.4 * keys["variant"].nunique() + 1.8),
-                   height=max(4.0, 1.0 * n_rows + 1.0))
+                   height=max(4.0, 1.0 * n_rows + 1.0), dpi=100)
     rec = build_sidecar(pdf, outputs, keys, tables=list(tables))
     write_sidecar(rec, sidecar)
     return rec
