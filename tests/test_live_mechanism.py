@@ -242,3 +242,19 @@ def test_the_subcommand_on_real_trials_if_present(tmp_path):
         assert rungs[rungs["variant"] == r.variant]["time_s"].sum() == pytest.approx(
             r.broadcast_s, rel=1e-3)
         assert 0 <= r.share_at_rung_below <= 1 and r.switches_down >= 0
+
+
+def test_a_truncated_timeline_is_drawn_to_its_last_change_only(tmp_path):
+    from latency_divide.analysis.live_mechanism_figure import BITRATE, mechanism_frame
+
+    d = write_trial(tmp_path / "raw")
+    whole = lm.read_broadcast(d)
+    doc = json.loads((d / "sender.json").read_text())
+    doc["live"]["bitrate_timeline_truncated"] = True
+    (d / "sender.json").write_text(json.dumps(doc))
+    cut = lm.read_broadcast(d)
+    for b, end in ((whole, DUR), (cut, TIMELINE[-1][0])):
+        frame, _ = mechanism_frame([b])
+        assert frame[frame["metric"] == BITRATE]["t_s"].max() == end
+    rows, _, _, _ = lm.collect([d])
+    assert bool(rows.iloc[0]["timeline_truncated"]) and rows.iloc[0]["bitrate_switches"] == 3
