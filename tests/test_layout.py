@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,7 +248,8 @@ _IMPORT_RE = re.compile(
     r"|import\s+(latency_divide(?:\.\w+)*))")
 
 
-def _top_level_names(mod: str) -> set[str]:
+@functools.cache  # each module parsed once: the import check asks for some 2,000 names
+def _top_level_names(mod: str) -> frozenset[str]:
     """Names a module defines at its top level (defs, classes, assignments, imports)."""
     names: set[str] = set()
 
@@ -268,7 +270,7 @@ def _top_level_names(mod: str) -> set[str]:
                     visit(h.body)
 
     visit(ast.parse(MODULES[mod].read_text()).body)
-    return names
+    return frozenset(names)
 
 
 def unresolved(module: str, names: list[str] | None) -> list[str]:
