@@ -125,6 +125,16 @@ def test_the_profile_budget_admits_many_slow_trials_and_few_fast_ones():
     assert 1 <= budget // fast < budget // slow
 
 
+def _dry_run_trials(cfg: dict, path: Path) -> str:
+    """`snakemake -n trials` of the real workflow with config ``cfg`` (written to ``path``):
+    its output, where each trial job lists its resources."""
+    path.write_text(yaml.safe_dump(cfg))
+    out = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "trials", "--configfile",
+                          str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout + out.stderr
+
+
 def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
     """A dry run of the real workflow lists each trial job with threads 0 and its host_load
     from the link plan (a configuration whose trials are not on disk: another duration)."""
@@ -133,12 +143,7 @@ def test_trial_jobs_ask_for_host_load_and_no_core(tmp_path):
     for bucket, hid in zip(cfg["households"]["buckets"], (11406, 12512, 12334, 8268)):
         bucket["ids"] = [hid]
     cfg["companions"] = []
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "trials", "--configfile",
-                          str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    text = out.stdout + out.stderr
+    text = _dry_run_trials(cfg, tmp_path / "config.yaml")
     jobs = re.findall(r"rule trial:.*?wildcards: ([^\n]+)\s+threads: (\d+)\s+resources: ([^\n]+)",
                       text, re.S)
     assert len(jobs) == 32, text[-3000:]
@@ -318,11 +323,7 @@ def test_a_live_trial_asks_for_what_its_encoder_carries_not_its_link(tmp_path):
                        {"name": "cubic-bulk", "cc": "cubic", "app": {"kind": "bulk"}}]
     cfg["trial"]["duration_s"] = 11
     path = tmp_path / "live.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "trials", "--configfile",
-                          str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    text = out.stdout + out.stderr
+    text = _dry_run_trials(cfg, path)
     jobs = dict(re.findall(r"variant=([\w-]+),.*?host_load=(\d+)", text, re.S))
     gres = dict(re.findall(r"variant=([\w-]+),.*?gres=hostload:(\d+)", text, re.S))
     assert set(jobs) == set(gres) == {"cubic-live", "cubic-bulk"}, text[-3000:]
