@@ -5,10 +5,10 @@ runs' wall time).
 A live broadcast is application-limited (its encoder's top rung is 4 Mbit/s), so the link's
 rate overstates what it carries on any link faster than that. For every live trial of a results
 tree this prints the link's rate, the real-time cores it used (meta.json ``cpu_s`` of sender,
-receiver and delay line over its transfer), the real-time cores the load gate charged it
-(``placement.rt_cores``: the model at its recorded generation times the host's cost factor when
-it ran), and what ops.admission asks now (capped at ``LIVE_CARRIED_MBIT``), with the same cost
-factor; then the medians by link-rate class. Reads only; no root.
+receiver and delay line over its transfer), the real-time cores the load gate charges it by its
+link's rate (the model at its recorded generation times the cost factor of the host record it
+ran under, setup.json), and what ops.admission asks now (capped at ``LIVE_CARRIED_MBIT``), with
+the same cost factor; then the medians by link-rate class. Reads only; no root.
 
     .venv/bin/python bench/bench_live_admission.py /work/runs/live-policed/results/raw
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from latency_divide.ops import admission  # noqa: E402
+from latency_divide.trial import rawio  # noqa: E402
 
 RT_PARTS = ("sender", "receiver", "delayline")
 CLASSES = ((0, 1500, "< 1.5 Mbit/s"), (1500, 4500, "1.5-4.5"), (4500, 8000, "4.5-8"),
@@ -43,9 +44,9 @@ def rows(raw: Path):
         rtt = float(meta["household"].get("rtt_ms") or 20.0)
         gen = meta["instrument"]["generation"]
         w = meta["tool"]["window_bytes"]
-        charged = float(meta["placement"]["rt_cores"])
-        model_link = admission.rt_cores(kbit, rtt, w, generation=gen)
-        factor = charged / model_link
+        setup = json.loads(rawio.read_text(m.parent, "setup.json"))
+        factor = float(setup["host"]["record"]["cost_factor"])
+        charged = factor * admission.rt_cores(kbit, rtt, w, generation=gen)  # by its link
         now = factor * admission.rt_cores(kbit, rtt, w, generation=gen,
                                           app=admission.app_mbit(args))
         yield {"trial": "/".join(m.parent.parts[-5:]), "kbit": kbit, "used": used,
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
                   f"charged {r['charged']:.3f} now {r['now']:.3f} ({r['verdict']})")
     print(f"{len(found)} live trials; cost factor when they ran: "
           f"{min(r['factor'] for r in found):.2f}-{max(r['factor'] for r in found):.2f}")
-    print(f"{'link rate':<14} {'n':>4} {'used (median, max)':>20} {'charged before':>16} "
+    print(f"{'link rate':<14} {'n':>4} {'used (median, max)':>20} {'by link rate':>16} "
           f"{'asked now':>10}  real-time cores per trial")
     for lo, hi, name in CLASSES:
         sel = [r for r in found if lo <= r["kbit"] < hi]
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
               f" {statistics.median(r['now'] for r in sel):>10.3f}")
     over = [r["charged"] / r["used"] for r in found]
     over_now = [r["now"] / r["used"] for r in found]
-    print(f"charged / used, median: {statistics.median(over):.2f} before, "
+    print(f"asked / used, median: {statistics.median(over):.2f} by link rate, "
           f"{statistics.median(over_now):.2f} now; least now {min(over_now):.2f}")
     print(f"verdicts: {sum(r['verdict'] == 'pass' for r in found)} of {len(found)} passing")
     return 0

@@ -82,14 +82,17 @@ SSH_CORES = 0.03
 
 #: The most a live trial carries (Mbit/s), whatever its link: a live broadcast (tquic-perf's
 #: ``-app=live``, docs/live.md) is application-limited by its encoder's top rung, 4000 kbit/s
-#: (tools/tquic-perf/src/abr.rs ``LADDER_KBPS``), and sends at most that once more again in
-#: retransmissions (a policed link's RTX overhead reached 0.96). On a link slower than this the
-#: link's rate bounds it, as a bulk trial's. Measured (bench/bench_live_admission.py on
-#: config/live-policed.yaml's broadcasts, 2026-12-02, cost factor 1.50-1.54): sender, receiver
-#: and delay line used 0.028 real-time cores at the median (at most 0.031) on uplinks of 8
-#: Mbit/s or more, where their link's rate had the load gate charge 0.239; 0.033 on 4.5-8
-#: Mbit/s (charged 0.097), 0.020 below 1.5 (0.046). Capped, the fast links are charged 0.115,
-#: still 1.8 x or more of what any live trial used (bench/baselines/live-admission-2026-12-02.txt).
+#: (tools/tquic-perf/src/abr.rs ``LADDER_KBPS``); 8 leaves as much again for retransmissions,
+#: which are few where the link is faster than the encoder. On a slower link the link's rate
+#: counts, as for a bulk trial (behind a policer Copa's retransmissions can carry several times
+#: the link's rate, an RTX overhead up to 10.85 on 220 kbit/s: at such rates the model's floor,
+#: ``rt_idle_cores``, is most of the charge, and each of them asked more than it used).
+#: Measured (bench/bench_live_admission.py on the 212 broadcasts of config/live-policed.yaml
+#: and config/live-traces.yaml, 2026-12-02, cost factor 1.50-1.54, every verdict passing):
+#: sender, receiver and delay line used 0.027 real-time cores at the median (at most 0.032) on
+#: the 48 uplinks of 8 Mbit/s or more, where their link's rate asked 0.274 of the load gate and
+#: the cap asks 0.118; 0.022 below 1.5 Mbit/s (asked 0.047 either way). Every broadcast asks at
+#: least 1.1 x what it used (bench/baselines/live-admission-2026-12-02.txt).
 LIVE_CARRIED_MBIT = 8.0
 #: The tool flag that makes a trial live (config.app_args puts it first in the tool's args).
 LIVE_FLAG = "-app=live"
