@@ -39,9 +39,12 @@ HOUSEHOLDS = {"0-30": [11406, 13570, 7884, 797760, 13013],
 #: δ to 0.5 while a round loses >= 10 %). 26 runs alone at 20 s: 14 lost 23-230 packets,
 #: self-delay 6.6 to 10.2 ms, against a bound of 1.5 ms (docs/emulation.md "Emulation health"). 797760
 #: downlink (the same link class, no slow-start loss alone or in any sweep) stands for it.
-#: 1290's 16 Mbit/s downlink stands for 12491's too (the same class of link and bias; each alone
-#: run costs the tier about 38 s, and the tier is held to 25 minutes: issue 59).
-ALONE = [(1290, "downlink"), (797760, "downlink"), (27337, "uplink")]
+#: Three, not four (each alone run costs the tier about 38 s, held to 25 minutes: issue 59): the
+#: two 16 Mbit/s downlinks, where the bias was worst and one may stall on a costly host (CI
+#: 2026-12-01: 1290 at every attempt), and the slow class; 27337's 5.7 Mbit/s uplink went. At
+#: least two are compared, one of them a 16 Mbit/s link.
+ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink")]
+FAST_CLASS = {1290, 12491}
 #: The fix runs the tool ends at real-time priority (SCHED_FIFO, trial.spec tool_rt_priority);
 #: under the normal scheduler, as before it, their mean wait per wake-up was 86-106 µs at this
 #: test's scale (the full sweep's crowding took it to 219-283 µs and bent Copa). A guard on
@@ -140,7 +143,7 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
 
     alone_out = tmp_path / "alone"
     wrong = []
-    compared = 0
+    compared, compared_fast = 0, 0
     for hh, direction in ALONE:
         # retried on a transient failure, as the sweep's trials are (trial.retries); its
         # stderr says why when it still fails
@@ -155,6 +158,7 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
                 json.loads((alone_dir / "meta.json").read_text())["health"]["verdict"] != "pass":
             continue  # a trial the verdict left out of the tables, or a reference it did
         compared += 1
+        compared_fast += hh in FAST_CLASS
         alone = summarize_trial(alone_dir)
         got = swept[(hh, direction, "copa-0.8")]
         if beyond_fidelity(got, alone)[2]:  # docs/emulation.md "Emulation health": the per-trial bounds
@@ -162,4 +166,5 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
                          f"{alone['norm_tput']:.3f}, self-delay {got['self_delay_mean_ms']:.2f} "
                          f"vs {alone['self_delay_mean_ms']:.2f} ms")
     assert not wrong, wrong
-    assert compared >= len(ALONE) // 2, f"only {compared} of {len(ALONE)} compared alone"
+    assert compared >= 2 and compared_fast >= 1, (
+        f"only {compared} of {len(ALONE)} compared alone, {compared_fast} of them 16 Mbit/s")

@@ -179,6 +179,19 @@ def test_a_malformed_report_is_named(tmp_path):
         lm.read_broadcast(d)
 
 
+@pytest.mark.parametrize("key, value, named", [
+    ("capacity_kbps", None, "capacity_kbps=None"), ("capacity_kbps", 0, "capacity_kbps=0"),
+    ("rtt_ms", None, "household.rtt_ms=None"), ("rtt_ms", -3.0, "household.rtt_ms=-3.0")])
+def test_a_link_without_a_rate_or_an_rtt_is_named(tmp_path, key, value, named):
+    """No silent NaN shares or a rate taken from the wrong direction: the value is named."""
+    d = write_trial(tmp_path / "raw")
+    meta = json.loads((d / "meta.json").read_text())
+    (meta["household"] if key == "rtt_ms" else meta)[key] = value
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(TrialInvalid, match=f"{named}: a positive number is needed"):
+        lm.read_broadcast(d)
+
+
 def _digest(paths) -> list[str]:
     return [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths]
 
@@ -210,6 +223,8 @@ def test_the_subcommand_writes_tables_and_the_same_figure_twice(tmp_path, monkey
     assert sorted(zip(rows["condition"], rows["variant"])) == [
         ("2 x BDP FIFO", "copa-0.04"), ("2 x BDP FIFO", "cubic"), ("policed-5ms", "cubic")]
     summ = lm.pd.read_parquet(out / "live_mechanism_summary.parquet")
+    from latency_divide.analysis.live_mechanism_report import SUMMARY_COLUMNS
+    assert sorted(summ.columns) == sorted(SUMMARY_COLUMNS)  # every column the Markdown has
     copa = summ[summ["variant"] == "copa-0.04"].iloc[0]
     assert copa["higher_than_cubic"] == "0 of 1" and copa["bitrate_vs_cubic_pct"] == 0.0
     side = json.loads((out / "live_mechanism.provenance.json").read_text())

@@ -176,14 +176,21 @@ def read_broadcast(path: Path | str) -> Broadcast:
         q = parse_queue(_read(path, QUEUE_LOG))
     except QueueParseError as e:
         raise TrialInvalid(path, f"{QUEUE_LOG}: {e}") from None
-    cap = float(meta.get("capacity_kbps") or _meta_get(path, meta, "household", "upload_kbps"))
+    cap, rtt, dur = (meta.get("capacity_kbps"), meta["household"].get("rtt_ms"),
+                     live.get("broadcast_s"))
+    for name, v in (("capacity_kbps", cap), ("household.rtt_ms", rtt),
+                    ("the sender's broadcast_s", dur)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise TrialInvalid(path, f"{name}={v!r}: a positive number is needed (the link's "
+                                     "rate, its base RTT and the broadcast's length)")
+    cap = float(cap)
     t = q["t_unix"].to_numpy() - float(start)
     keep = (t >= 0) & (t <= live["broadcast_s"])
     queue = pd.DataFrame({"t_s": t[keep],
                           "queue_ms": q["backlog_bytes"].to_numpy()[keep] * 8.0 / cap,
                           "drops": q["drops"].to_numpy()[keep]})
     pol = policer_columns(path, meta, keys["direction"])["policer_drops"]
-    return Broadcast(keys, cap, float(meta["household"].get("rtt_ms") or math.nan), live,
+    return Broadcast(keys, cap, float(rtt), live,
                      timeline, bool(doc["live"].get("bitrate_timeline_truncated")), rungs,
                      queue, pings, None if pol is None else int(pol))
 

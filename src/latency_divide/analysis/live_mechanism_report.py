@@ -29,7 +29,7 @@ SUMMARY_COLUMNS = ["condition", "variant", "households", "bitrate_over_rate",
                    "sender_wait_median_ms", "rtx_overhead", "frames_dropped_pct"]
 SUMMARY_SCHEMA = pa.schema([("condition", _S), ("variant", _S), ("households", _I),
                             ("higher_than_cubic", _S)] +
-                           [(c, _F) for c in SUMMARY_COLUMNS[4:] if c != "higher_than_cubic"])
+                           [(c, _F) for c in SUMMARY_COLUMNS[3:] if c != "higher_than_cubic"])
 
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
