@@ -340,3 +340,9 @@ def test_a_live_trial_asks_for_what_its_encoder_carries_not_its_link(tmp_path):
     rt = {v: admission.spec_rt_cores(s, factor=1.0) for v, s in specs.items()}
     assert rt["cubic-live"] == pytest.approx(admission.rt_cores(8000, fast.rtt_ms, w))
     assert rt["cubic-live"] < rt["cubic-bulk"] / 2, rt
+    # the host check's prediction prices each trial as the workflow asks for it
+    from latency_divide.ops import hostfit
+    costs = {c.trial[3]: c for c in hostfit.assess(loaded, None, 1.0, "test", cpu_count=2).trials}
+    assert costs["cubic-live"].rt_cores == pytest.approx(rt["cubic-live"])
+    assert costs["cubic-live"].host_load == int(jobs["cubic-live"])
+    assert costs["cubic-bulk"].host_load == int(jobs["cubic-bulk"])

@@ -277,7 +277,8 @@ def broadcast_row(b: Broadcast, sw: pd.DataFrame) -> dict:
             "bitrate_mean_kbps": lv["bitrate_mean_kbps"],
             "bitrate_over_rate": lv["bitrate_mean_kbps"] / b.capacity_kbps,
             "goodput_fb_kbps": lv["goodput_fb_kbps"],
-            "goodput_over_rate": (lv["goodput_fb_kbps"] or math.nan) / b.capacity_kbps,
+            "goodput_over_rate": (math.nan if lv["goodput_fb_kbps"] is None
+                                  else lv["goodput_fb_kbps"]) / b.capacity_kbps,
             "switches_down": len(down), "switches_up": len(up),
             "bitrate_switches": lv["bitrate_switches"],
             "timeline_truncated": b.truncated, "queue_median_ms": qmed,
