@@ -56,22 +56,23 @@ def worst(doc, key):
 @rt_gate
 def test_ten_times_the_default_duty_makes_the_lateness_worse():
     # The host's own stalls come and go (CI 2026-12-01: one quiet probe read a p99 of 12.6 ms,
-    # with no injector, on a host whose hypervisor took the CPU in chunks): the quiet figure is
-    # the best of up to three probes, the host's floor rather than one moment of it.
-    quiet = probe()
-    for _ in range(2):
-        if worst(quiet, "p99") <= 300.0:
-            break
-        again = probe()
-        if worst(again, "p99") < worst(quiet, "p99"):
-            quiet = again
+    # with no injector, on a host whose hypervisor took the CPU in chunks; CI 2026-12-02: one
+    # read a max of 15.4 ms beside a p99 within bounds): the quiet figures are the host's floor,
+    # each the least of up to three probes, not one moment of it.
+    quiet = [probe()]
+    while len(quiet) < 3 and (min(worst(q, "p99") for q in quiet) > 300.0
+                              or min(worst(q, "max") for q in quiet) > 5000.0):
+        quiet.append(probe())
+    quiet_p99 = min(worst(q, "p99") for q in quiet)
+    quiet_max = min(worst(q, "max") for q in quiet)
     with stalls.injecting(duty=0.15, seed=57) as inj:
         assert inj.ready["duty"] == "0.15" and inj.ready["fifo"] == "1"
         noisy = probe()
     assert not pid_alive(inj.pid)
-    # a burst of 0.3-25 ms at FIFO 99 over a thread at FIFO 10: its wake-up waits for it
-    assert worst(noisy, "p99") > max(3 * worst(quiet, "p99"), 1000.0), (quiet, noisy)
-    assert worst(noisy, "max") > max(2 * worst(quiet, "max"), 5000.0), (quiet, noisy)
+    # a burst of 0.3-25 ms at FIFO 99 over a thread at FIFO 10: its wake-up waits for it; the
+    # long bursts (5-25 ms) show in the max
+    assert worst(noisy, "p99") > max(3 * quiet_p99, 1000.0), (quiet_p99, noisy)
+    assert worst(noisy, "max") > max(2 * quiet_max, 5000.0), (quiet_max, noisy)
     # the probe's threads lose their CPU to the bursts: the ping-pong's tail grows too
     assert noisy["pingpong"]["same_core"]["latency_us"]["max"] > 1000.0
 
