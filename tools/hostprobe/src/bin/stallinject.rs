@@ -116,6 +116,15 @@ fn main() -> ExitCode {
         eprintln!("stallinject: the parent process is gone; exiting");
         return ExitCode::from(1);
     }
+    // Parented by init: either the parent died before the death signal was armed (it would
+    // then never end: 2026-12-02, an injector ran orphaned for 2.5 h) or init started us.
+    if now_ppid <= 1 && o.parent_pid.is_none() && o.duration.is_none() {
+        eprintln!(
+            "stallinject: the parent process is gone (parent pid {now_ppid}): it would never end \
+             with its parent; give --duration S to run parented by init"
+        );
+        return ExitCode::from(1);
+    }
     let p = Params {
         duty: o.duty,
         short_ns: o.short,
