@@ -315,6 +315,7 @@ def test_the_measured_bfifo_on_real_tc(veth_ns):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_a_measured_trial_alone_has_its_workflow_definition(tmp_path):
     """`latency-divide trial` with the arguments of a measured-buffer config's trial
     (trial.sweep.alone_args, as the fidelity checks run it) measures that trial: the same

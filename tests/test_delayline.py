@@ -322,6 +322,7 @@ def test_frames_are_timed_by_the_kernel_receive_timestamp(line, start_delayline)
     assert ab_frames >= len(rtts) + 1 and ba_frames >= len(rtts) + 1
 
 
+@pytest.mark.slow
 def test_limit_drops_and_counts_frames(line, tmp_path, start_delayline):
     d = start_delayline("--delay-ms", "300", "--limit", "5")
     line.runner("a").run(["ping", "-c", "1", "-W", "5", ADDR_B], timeout=15)  # ARP first

@@ -328,6 +328,7 @@ def test_repacked_trials_publish_and_their_old_objects_leave_the_remote(publishe
     assert run([cli, "verify"], again, env).returncode == 0
 
 
+@pytest.mark.slow
 def test_published_packs_pull_and_analyse_as_the_loose_trials(published):
     """Repacked trials published as packs (the default): a fresh clone pulls one pack per
     definition with its index and parsed cache, and analyses them into the same table as the

@@ -174,6 +174,7 @@ def test_a_host_without_the_real_time_cores_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
+@pytest.mark.slow
 def test_the_record_is_written_once_per_boot_and_forced_again(tmp_path):
     """The real probe: the first check measures and writes the record, the second reuses it
     (same file, same measurement), --force measures again; another results tree in the same
@@ -203,6 +204,7 @@ def test_the_record_is_written_once_per_boot_and_forced_again(tmp_path):
 
 @pytest.mark.netns  # the injector's bursts need SCHED_FIFO (root)
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
+@pytest.mark.slow
 def test_a_record_measured_under_the_injector_stays_in_its_own_results_tree(tmp_path):
     """A check under `latency-divide stalls` measures (it does not take this boot's copy),
     marks its record ``under_stalls`` and leaves the boot's copy the host's own, which a later
@@ -230,6 +232,7 @@ def test_a_record_measured_under_the_injector_stays_in_its_own_results_tree(tmp_
 
 
 @pytest.mark.skipif(not HOSTPROBE.exists(), reason="target/release/hostprobe not built yet")
+@pytest.mark.slow
 def test_host_check_on_this_host_end_to_end(tmp_path):
     """`latency-divide host-check --seconds 5` on this host, the real probe, under 30 s."""
     t0 = time.monotonic()
@@ -283,6 +286,7 @@ def test_a_refusing_host_stops_the_run_before_any_trial(tmp_path):
     assert not (wf / "logs" / "trial").exists()
 
 
+@pytest.mark.slow
 def test_runs_that_measure_no_trial_do_not_check_the_host(tmp_path):
     """A dry run, a run with trials forbidden (re-analysis of pulled data) and an analysis-only
     target write no host record; the refusing record of this boot does not stop a run that

@@ -65,6 +65,7 @@ def check_document(doc: dict, cpus: list[int], gaps_us: list[float]) -> None:
         check_percentiles(pp[name]["latency_us"], name)
 
 
+@pytest.mark.slow
 def test_the_json_document_is_schema_1_with_every_number():
     res = run(["--json", "--seconds", "5"])
     assert res.returncode == 0, res.stderr

@@ -98,6 +98,7 @@ def broadcast(topo, tool: str, tmp_path: Path, abr: str) -> tuple[str, str, str]
 
 @pytest.mark.netns
 @pytest.mark.parametrize("abr", ["backlog", "rate"])
+@pytest.mark.slow
 def test_live_broadcast_on_a_1_mbit_link_adapts_and_reports(topo, tool, tmp_path, abr):
     sender, receiver, rlog = broadcast(topo, tool, tmp_path, abr)
     row = parse_live_trial(sender, receiver)

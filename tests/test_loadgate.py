@@ -168,6 +168,7 @@ def test_a_cap_set_by_hand_wins_and_bad_values_are_refused(gate_dir, monkeypatch
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_a_trial_failing_every_attempt_is_measured_once_more_alone(tmp_path, gate_dir,
                                                                      monkeypatch):
     """A real trial whose verdict cannot pass (the wait bound set to zero for this test): two
@@ -208,6 +209,7 @@ def _failing_every_attempt(tmp_path, monkeypatch, bound: str):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_a_trial_failing_on_lateness_alone_is_measured_last_beside_the_others(tmp_path, gate_dir,
                                                                               monkeypatch):
     """A real trial whose every attempt breaks the delay line's lateness bound and nothing else

@@ -253,6 +253,7 @@ def _police_drops(log: str) -> dict[str, str]:
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_a_policed_uplink_drops_instead_of_queueing(topology, tmp_path):
     plan = link_plan(UP_KBIT, DOWN_KBIT, RTT_MS, mechanism="delayline", buffer_model=POLICED)
     with topology(plan) as topo:
@@ -276,6 +277,7 @@ def test_a_policed_uplink_drops_instead_of_queueing(topology, tmp_path):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_the_same_flow_through_the_shaped_plan_queues(topology, tmp_path):
     plan = link_plan(UP_KBIT, DOWN_KBIT, RTT_MS, mechanism="delayline")
     assert plan.uplink.policer is None and plan.uplink.queue_bytes == 20000  # 2 x BDP

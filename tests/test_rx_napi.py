@@ -104,6 +104,7 @@ def test_a_topology_sets_them_up_and_reads_them_back(wanted):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_a_trial_with_threaded_receivers_records_instrument_v3(tmp_path, monkeypatch):
     """A real trial (forced, on a slow link, to keep it short): the testbed threads the
     receiving veths, the trial records it and is generation v3; its transfer completes."""

@@ -54,6 +54,7 @@ def test_provisioning_ships_hostprobe(lab, provisioned):  # noqa: F811
         assert sha256_file(remote) == sha
 
 
+@pytest.mark.slow
 def test_first_check_probes_each_node_once_per_boot(lab, provisioned, monkeypatch):  # noqa: F811
     monkeypatch.setenv(hr.CHECK_ENV, "go-on")  # this busy host may be too late for the link
     shutil.rmtree(_host_dir(lab), ignore_errors=True)

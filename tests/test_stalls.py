@@ -55,6 +55,7 @@ def worst(doc, key):
 
 
 @rt_gate
+@pytest.mark.slow
 def test_ten_times_the_default_duty_makes_the_lateness_worse():
     # The host's own stalls come and go (CI 2026-12-01: one quiet probe read a p99 of 12.6 ms,
     # with no injector, on a host whose hypervisor took the CPU in chunks; CI 2026-12-02: one
@@ -80,6 +81,7 @@ def test_ten_times_the_default_duty_makes_the_lateness_worse():
 
 
 @rt_gate
+@pytest.mark.slow
 def test_the_summary_reports_about_duty_times_duration():
     duty, duration_s = 0.15, 4.0
     res = subprocess.run([str(tool("stallinject")), "--duty", str(duty), "--seed", "1",

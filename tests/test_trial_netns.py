@@ -93,6 +93,7 @@ def _metrics(d: Path) -> dict:
 
 
 @pytest.mark.parametrize("household", [11406, 8268], ids=["slow-3.5Mbit", "fast-37Mbit"])
+@pytest.mark.slow
 def test_cubic_fills_the_link_and_its_queue(tmp_path, household):
     """Fidelity: Cubic fills the link, >= 90% of the configured rate on the wire (the htb's
     own byte count: the rate is configured in frames), with a goodput >= 85% of it (QUIC,
