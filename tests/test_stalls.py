@@ -108,21 +108,26 @@ def test_the_summary_reports_about_duty_times_duration():
 
 INTERMEDIATE = """
 import subprocess, sys, time
-p = subprocess.Popen([sys.argv[1]], stderr=subprocess.DEVNULL)
+with open(sys.argv[2], "w") as err:
+    p = subprocess.Popen([sys.argv[1]], stderr=err)
 print(p.pid, flush=True)
 time.sleep(60)
 """
 
 
-def test_it_dies_with_its_parent():
-    mid = subprocess.Popen([sys.executable, "-c", INTERMEDIATE, str(tool("stallinject"))],
-                           stdout=subprocess.PIPE, text=True)
+def test_it_dies_with_its_parent(tmp_path):
+    err = tmp_path / "stallinject.err"
+    mid = subprocess.Popen([sys.executable, "-c", INTERMEDIATE, str(tool("stallinject")),
+                            str(err)], stdout=subprocess.PIPE, text=True)
+    pid = None
     try:
         pid = int(mid.stdout.readline())
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            assert b"stallinject" in f.read()
-        time.sleep(0.3)  # past its start: the death signal armed, its threads running
-        assert pid_alive(pid)
+        # past its start: the death signal armed, its threads running (it says so)
+        deadline = time.monotonic() + stalls.READY_S
+        while "stallinject ready" not in err.read_text():
+            assert pid_alive(pid) and time.monotonic() < deadline, (
+                f"stallinject {pid} did not start: {err.read_text()!r}")
+            time.sleep(0.05)
         mid.kill()
         mid.wait(timeout=10)
         assert gone_within(pid, 5.0), f"stallinject {pid} outlived its parent"
