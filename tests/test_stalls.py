@@ -139,7 +139,8 @@ def test_it_dies_with_its_parent(tmp_path):
 
 def _kill_our_injector(pid: int | None) -> None:
     """A failed test leaves no injector behind (2026-12-02: one ran orphaned for 2.5 h after
-    this test failed): SIGKILL to the pid we started, if it is still a stallinject."""
+    this test failed): SIGKILL to the pid we started, if it is still a stallinject (or, before
+    its exec, the Python child whose arguments name it)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             ours = b"stallinject" in f.read()
@@ -149,35 +150,43 @@ def _kill_our_injector(pid: int | None) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-#: Forks a child that waits until init (or a subreaper) is its parent, writes its pid and its
-#: new parent's to ARGV[2], then execs ARGV[1] with no arguments: the injector started by a
-#: parent that died before the injector could arm its death signal.
+#: Forks a child and prints its pid; the child waits (at most 10 s) until init (or a subreaper)
+#: is its parent, writes its new parent's pid to ARGV[2] (by rename: whole or not at all), then
+#: execs ARGV[1] with no arguments: the injector started by a parent that died before the
+#: injector could set its death signal.
 ORPHANED = """
 import os, sys, time
+parent = os.getpid()
 child = os.fork()
 if child == 0:
-    first = os.getppid()
-    while os.getppid() == first:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the test reads our parent's stdout to EOF
+    deadline = time.monotonic() + 10
+    while os.getppid() == parent:
+        if time.monotonic() > deadline:
+            os._exit(3)
         time.sleep(0.01)
-    with open(sys.argv[2], "w") as f:
-        f.write(f"{os.getpid()} {os.getppid()}")
+    with open(sys.argv[2] + ".tmp", "w") as f:
+        f.write(str(os.getppid()))
+    os.rename(sys.argv[2] + ".tmp", sys.argv[2])
     err = os.open(sys.argv[2] + ".err", os.O_WRONLY | os.O_CREAT)
     os.dup2(err, 2)
     os.execv(sys.argv[1], [sys.argv[1]])
+print(child, flush=True)
 """
 
 
 def test_it_refuses_to_start_with_its_parent_already_gone(tmp_path):
     """Before the fix it ran on under init, with nothing to end it."""
     out = tmp_path / "orphan"
-    subprocess.run([sys.executable, "-c", ORPHANED, str(tool("stallinject")), str(out)],
-                   check=True, timeout=10)
-    deadline = time.monotonic() + 10
-    while not out.exists() or not out.read_text():
-        assert time.monotonic() < deadline, "the orphaned child never wrote its pid"
-        time.sleep(0.05)
-    pid, parent = map(int, out.read_text().split())
+    mid = subprocess.run([sys.executable, "-c", ORPHANED, str(tool("stallinject")), str(out)],
+                         check=True, timeout=10, capture_output=True, text=True)
+    pid = int(mid.stdout)
     try:
+        deadline = time.monotonic() + 15
+        while not out.exists():
+            assert time.monotonic() < deadline, "the orphaned child never wrote its parent"
+            time.sleep(0.05)
+        parent = int(out.read_text())
         if parent != 1:
             pytest.skip(f"an orphan here is adopted by pid {parent} (a subreaper), not init")
         assert gone_within(pid, 10.0), f"stallinject {pid} ran on with init as its parent"

@@ -116,12 +116,13 @@ fn main() -> ExitCode {
         eprintln!("stallinject: the parent process is gone; exiting");
         return ExitCode::from(1);
     }
-    // Parented by init: either the parent died before the death signal was armed (it would
-    // then never end: 2026-12-02, an injector ran orphaned for 2.5 h) or init started us.
-    if now_ppid <= 1 && o.parent_pid.is_none() && o.duration.is_none() {
+    // Parented by init (pid 1), or by a process outside our PID namespace (pid 0): the parent
+    // may have died before the death signal was armed (it would then never end: 2026-12-02, an
+    // injector ran orphaned for 2.5 h), or init started us. A subreaper's orphan is not seen.
+    if now_ppid <= 1 && o.duration.is_none() {
         eprintln!(
-            "stallinject: the parent process is gone (parent pid {now_ppid}): it would never end \
-             with its parent; give --duration S to run parented by init"
+            "stallinject: the parent process is gone, or is init or outside this PID namespace \
+             (parent pid {now_ppid}): nothing would end us; give --duration S"
         );
         return ExitCode::from(1);
     }
