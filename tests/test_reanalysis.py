@@ -113,6 +113,13 @@ DEPTH_UNPUBLISHED: frozenset[str] = frozenset()
 SWEEP_TOOLS = {"tquic-perf": ("population.yaml", "population-buffers.yaml"),
                "tperf": ("population-mvfst.yaml", "population-mvfst-buffers.yaml")}
 SWEEP_DEPTHS = {"tquic-perf": DEPTH_CONFIGS[:4], "tperf": DEPTH_CONFIGS[4:]}
+#: The live broadcasts (issue 58, docs/live.md), each published whole: 40 uplinks behind a
+#: policer (4 of them three times) and 5 behind the 2 x BDP FIFO, x Cubic, BBR, Copa 0.04 and 0.5
+LIVE_CONFIGS = {"live-policed.yaml": 192, "live-traces.yaml": 20}
+#: Facebook's per-broadcast metrics (the trials table's live columns): every broadcast has them
+LIVE_COLUMNS = ("goodput_fb_kbps", "app_rtt_mean_ms", "app_rtt_inband_mean_ms",
+                "transport_rtt_mean_ms", "rtx_overhead", "bitrate_mean_kbps", "frames_produced",
+                "frames_dropped_pct", "frame_latency_p50_ms")
 #: The tools whose sweep is complete (buffer_depth.parquet has their rows)
 SWEPT = {t for t, cs in SWEEP_DEPTHS.items() if not DEPTH_UNPUBLISHED & set(cs)}
 #: Published trials whose health verdict failed at all three attempts, kept and left out of the
@@ -163,7 +170,7 @@ def published_trials(clone: Path, population: str | None = None) -> list[Path]:
     """Published trials: the paper's run and its other companions, or (``population``: its
     config file) a population run's (or a buffer-depth step's) trials published so far."""
     pop = {c: {t[0] for t in population_trials(c)}
-           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS)}
+           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS, *LIVE_CONFIGS)}
     mine = pop[population] if population else set()
     every = set().union(*pop.values(), RETIRED)
     return [t for t in on_disk(clone) if (t.parts[-5] in mine if population
@@ -287,6 +294,20 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
                 "not all on disk" in log) == (tool not in SWEPT), (tool, log[-3000:])
     for ext in ("pdf", "png", "provenance.json"):
         assert (clone / f"results/figures/buffer_depth.{ext}").stat().st_size > 0
+    for c, n in LIVE_CONFIGS.items():  # the live broadcasts: every one healthy, every metric
+        # every trial of it is published (live-traces' definitions are live.yaml's, whose
+        # other trials may be published too)
+        on = {t.relative_to(clone / "results/raw").parts
+              for t in published_trials(clone, population=c)}
+        assert population_trials(c) <= on and total(c) == n, c
+        lt = pq.read_table(clone / f"results/companions/{c.removesuffix('.yaml')}/tables/"
+                           "trials.parquet").to_pandas()
+        assert len(lt) == n and (lt["health_verdict"] == "pass").all(), c
+        assert set(lt["live_abr"]) == {"rate"} and lt["broadcast_s"].between(170, 200).all(), c
+        for col in LIVE_COLUMNS:
+            assert lt[col].notna().all(), (c, col)
+        policed = load_config(ROOT / "config" / c).buffer_model == "policed-5ms"
+        assert lt["policer_drops"].notna().all() == policed, c
     bd = pq.read_table(clone / "results/tables/buffer_depth.parquet").to_pandas()
     assert set(bd["tool"]) == SWEPT  # every complete sweep (docs/population.md)
     for tool in SWEPT:
