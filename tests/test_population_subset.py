@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
+from netns_util import copy_workflow
 from latency_divide.cli import main as cli_main
 from latency_divide.config import load_config
 from latency_divide.errors import ConfigError
@@ -276,12 +277,15 @@ def test_the_policed_config_is_a_companion_of_the_main_run_and_the_population_no
     assert "config/live-policed.yaml" in (ROOT / "dvc.yaml").read_text()
 
 
-def test_a_dry_run_lists_40_uplinks_x_4_variants_policed_and_the_repeats(policed):
+def test_a_dry_run_lists_40_uplinks_x_4_variants_policed_and_the_repeats(policed, tmp_path):
     """`snakemake -n all` of the config (--forceall: listed whether or not trials are on disk)
-    plans exactly the subset's trials, every one of a policed definition."""
+    plans exactly the subset's trials, every one of a policed definition. In a scratch copy of
+    the workflow: in a checkout with the published trials pulled, their packs stand for them
+    and no trial job is planned."""
     env = {**os.environ, "LATENCY_DIVIDE_FORBID_TRIALS": "1", "LATENCY_DIVIDE_HOST_CHECK": "skip"}
+    wf = copy_workflow(tmp_path / "wf")
     out = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "--forceall", "--cores", "1", "all",
-                          "--configfile", str(POLICED)], cwd=ROOT, capture_output=True,
+                          "--configfile", "config/live-policed.yaml"], cwd=wf, capture_output=True,
                          text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
