@@ -45,8 +45,9 @@ HOUSEHOLDS = {"0-30": [11406, 13570, 7884, 797760, 13013],
 #: Three, not four (each alone run costs the tier about 38 s, held to 25 minutes: issue 59): the
 #: two 16 Mbit/s downlinks, where the bias was worst and one may stall on a costly host (CI
 #: 2026-12-01: 1290 at every attempt), and the slow class; 27337's 5.7 Mbit/s uplink went. At
-#: least two are compared, one of them a 16 Mbit/s link.
-ALONE = [(1290, "downlink"), (12491, "downlink"), (797760, "downlink")]
+#: least two are compared, one of them a 16 Mbit/s link: in this order, the third runs only
+#: when one of the first two is left out (a stalled sweep trial or reference).
+ALONE = [(1290, "downlink"), (797760, "downlink"), (12491, "downlink")]
 FAST_CLASS = {1290, 12491}
 #: The fix runs the tool ends at real-time priority (SCHED_FIFO, trial.spec tool_rt_priority);
 #: under the normal scheduler, as before it, their mean wait per wake-up was 86-106 µs at this
@@ -150,6 +151,8 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
     wrong, not_stalled = [], []
     compared, compared_fast = 0, 0
     for hh, direction in ALONE:
+        if compared >= 2 and compared_fast >= 1:
+            break  # enough compared: the third alone run is for a first two left out
         # retried on a transient failure, as the sweep's trials are (trial.retries); its
         # stderr says why when it still fails
         p = subprocess.run([str(VENV_BIN / "latency-divide"), "trial", str(hh), "--direction",
