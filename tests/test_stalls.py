@@ -234,9 +234,17 @@ def test_the_stalls_command_returns_the_commands_status(command, rc):
     assert "ended_by=SIGTERM" in res.stderr
 
 
+def _sigint_default() -> None:
+    """In the child before exec: Ctrl-C's default, as a terminal's foreground job has it. A job
+    started in the background of a non-interactive shell (`cmd &`) inherits SIGINT ignored, and
+    Python then never installs its handler (CI run so, 2026-12-06: the wrapper ran its command
+    to the end and exited 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_stalls_command_on_ctrl_c_stops_the_injector():
     p = subprocess.Popen([str(VENV_BIN / "latency-divide"), "stalls", "--", "sleep", "30"],
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
     try:
         pid = _injector_pid(p.stderr.readline())
         assert pid_alive(pid)
