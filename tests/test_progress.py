@@ -88,14 +88,17 @@ def test_the_run_summary_names_retries_alone_failures_steal_host_and_floor(tmp_p
 def test_the_run_summary_gives_the_host_busy_floor_of_the_cpu_it_burned(tmp_path):
     """At a run's real end the summary adds what this host's CPUs did since the run's start
     (/proc/stat, steal left out) and the wall time against that busy floor: a run that burned
-    a second of CPU in this process reads at least that much."""
+    two seconds of CPU in this process reads most of them."""
     from latency_divide.ops.progress import health_report, mark_run_start
 
     start = tmp_path / "run-start.json"
     mark_run_start(start)
     assert "host_busy_cpu_s" in json.loads(start.read_text())
+    # 2 s of CPU: /proc/stat counts in clock ticks and leaves steal out, so the host's count
+    # of a busy second can fall a little short of it (CI 2026-12-06: 0.98 s, the 0.5 s below
+    # then 51 % of it)
     t = time.process_time()
-    while time.process_time() - t < 1.0:
+    while time.process_time() - t < 2.0:
         pass
     d = tmp_path / "a"
     d.mkdir()
@@ -105,7 +108,7 @@ def test_the_run_summary_gives_the_host_busy_floor_of_the_cpu_it_burned(tmp_path
     busy = [ln for ln in lines if "this host was busy" in ln]
     assert len(busy) == 1, lines
     cpu_s = float(busy[0].split("busy ")[1].split(" CPU s")[0])
-    assert cpu_s >= 1.0, busy[0]
+    assert cpu_s >= 1.5, busy[0]
     assert "wall time against the busy floor" in busy[0]
     # the trials' 0.5 CPU s are at most half of what the host did
     share = float(busy[0].split("the trials' CPU ")[1].split(" %")[0])
