@@ -158,6 +158,42 @@ def test_population_live_configs(name):
     assert math.isclose(cfg.tool_for(cfg.variants[0]).window_bytes, 4194304)
 
 
+def test_a_live_population_run_in_three_parts_measures_each_broadcast_once(tmp_path):
+    """docs/parallel.md's command for a sweep longer than a session, `snakemake --cores 1 trials
+    --batch trials=1/3 --configfile config/live.yaml`, dry-run in a scratch copy of the workflow
+    (no trial on disk or published): the first two thirds are disjoint slices of the run's 1152
+    broadcasts in path order, a third each, and the last part (`trials` alone) is the rest.
+    Snakemake runs a final batch only when the earlier ones are on disk, so `3/3` is refused
+    here, naming them."""
+    import os
+    import re
+    import subprocess
+
+    from conftest import VENV_BIN
+    from netns_util import copy_workflow
+
+    env = {**os.environ, "LATENCY_DIVIDE_FORBID_TRIALS": "1", "LATENCY_DIVIDE_HOST_CHECK": "skip"}
+    wf = copy_workflow(tmp_path / "wf")
+
+    def planned(*batch: str) -> list[str]:
+        out = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "--cores", "1", "trials",
+                              *batch, "--configfile", "config/live.yaml"], cwd=wf,
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return sorted(re.findall(r"output: (results/raw/\S+/meta\.json)", out.stdout))
+
+    every = planned()
+    first, second = planned("--batch", "trials=1/3"), planned("--batch", "trials=2/3")
+    assert len(every) == len(set(every)) == len(trial_ids(load_config(ROOT / "config" /
+                                                                      "live.yaml"))) == 1152
+    assert first == every[:384] and second == every[384:768]
+    last = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "--cores", "1", "trials", "--batch",
+                           "trials=3/3", "--configfile", "config/live.yaml"], cwd=wf,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert last.returncode != 0 and "not all previous batches have been completed" in (
+        last.stdout + last.stderr)
+
+
 # --- the trials table: a real live trial on a policed link, and bulk trials ----------------------
 
 #: Every new column of the trials table and its range on the trial below (11406's uplink:
