@@ -162,9 +162,7 @@ def test_a_live_population_run_in_three_parts_measures_each_broadcast_once(tmp_p
     """docs/parallel.md's command for a sweep longer than a session, `snakemake --cores 1 trials
     --batch trials=1/3 --configfile config/live.yaml`, dry-run in a scratch copy of the workflow
     (no trial on disk or published): the first two thirds are disjoint slices of the run's 1152
-    broadcasts in path order, a third each, and the last part (`trials` alone) is the rest.
-    Snakemake runs a final batch only when the earlier ones are on disk, so `3/3` is refused
-    here, naming them."""
+    broadcasts in path order, a third each, and the last part (`trials` alone) is the rest."""
     import os
     import re
     import subprocess
@@ -172,26 +170,22 @@ def test_a_live_population_run_in_three_parts_measures_each_broadcast_once(tmp_p
     from conftest import VENV_BIN
     from netns_util import copy_workflow
 
+    from latency_divide.trial.layout import trial_meta_path
+
     env = {**os.environ, "LATENCY_DIVIDE_FORBID_TRIALS": "1", "LATENCY_DIVIDE_HOST_CHECK": "skip"}
     wf = copy_workflow(tmp_path / "wf")
 
-    def planned(*batch: str) -> list[str]:
+    def planned(k: int) -> list[str]:
         out = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "--cores", "1", "trials",
-                              *batch, "--configfile", "config/live.yaml"], cwd=wf,
-                             capture_output=True, text=True, timeout=300, env=env)
+                              "--batch", f"trials={k}/3", "--configfile", "config/live.yaml"],
+                             cwd=wf, capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr[-3000:]
         return sorted(re.findall(r"output: (results/raw/\S+/meta\.json)", out.stdout))
 
-    every = planned()
-    first, second = planned("--batch", "trials=1/3"), planned("--batch", "trials=2/3")
-    assert len(every) == len(set(every)) == len(trial_ids(load_config(ROOT / "config" /
-                                                                      "live.yaml"))) == 1152
-    assert first == every[:384] and second == every[384:768]
-    last = subprocess.run([str(VENV_BIN / "snakemake"), "-n", "--cores", "1", "trials", "--batch",
-                           "trials=3/3", "--configfile", "config/live.yaml"], cwd=wf,
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert last.returncode != 0 and "not all previous batches have been completed" in (
-        last.stdout + last.stderr)
+    every = sorted(str(trial_meta_path("results/raw", *t))
+                   for t in trial_ids(load_config(ROOT / "config" / "live.yaml")))
+    assert len(every) == len(set(every)) == 1152
+    assert planned(1) == every[:384] and planned(2) == every[384:768]
 
 
 # --- the trials table: a real live trial on a policed link, and bulk trials ----------------------

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from latency_divide import limits
+from latency_divide.ops.publish import PUBLISH_LIMIT_BYTES
 from latency_divide.paths import RAW
 
 
@@ -34,9 +35,10 @@ def _verify(args) -> int:
 def _publish_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remote", help="local DVC remote to push to (default: the default remote, "
                    "`published` = dvc-remote/)")
-    p.add_argument("--limit-mb", type=float, default=150.0,
-                   help="largest allowed size of the remote after the push, MB (default 150: "
-                        "it is committed to git as plain files)")
+    p.add_argument("--limit-mb", type=float, default=PUBLISH_LIMIT_BYTES / 1_000_000,
+                   help="largest allowed size of the remote after the push, MB (default "
+                        f"{PUBLISH_LIMIT_BYTES / 1_000_000:g}: it is committed to git as plain "
+                        "files)")
     p.add_argument("--no-commit", action="store_true",
                    help="push what dvc.lock records now (skip `dvc commit trials`)")
     p.add_argument("--replace-published", action="store_true",

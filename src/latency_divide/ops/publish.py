@@ -38,8 +38,9 @@ from latency_divide.ops.dvcstore import (
     tracked_outs,
 )
 
-#: Largest published remote we accept (bytes): the remote is committed to git as plain files.
-PUBLISH_LIMIT_BYTES = 150_000_000
+#: Largest published remote we accept (bytes): the remote is committed to git as plain files
+#: (issue 58's budget; 150 MB until the live runs, 2026-12-06).
+PUBLISH_LIMIT_BYTES = 250_000_000
 
 
 PUBLISH_STAGE = "trials"
