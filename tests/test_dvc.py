@@ -143,8 +143,8 @@ def test_publish_records_every_file_and_fills_the_remote(published):
     # the remote is committed to git, and the publish log reported its size under the limit
     tracked = run(["git", "ls-files", "dvc-remote"], src, published["env"]).stdout.split()
     assert len(tracked) == len({e["md5"] for e in manifest}) + 1
-    m = re.search(r"published: .* holds (\d+) bytes \(limit 150000000\)", published["publish_log"])
-    assert m and 0 < int(m.group(1)) <= 150_000_000
+    m = re.search(r"published: .* holds (\d+) bytes \(limit 250000000\)", published["publish_log"])
+    assert m and 0 < int(m.group(1)) <= 250_000_000
 
 
 def test_clone_pull_reanalysis_runs_no_trial(published):
