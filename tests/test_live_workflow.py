@@ -162,7 +162,7 @@ def test_a_live_population_run_in_three_parts_measures_each_broadcast_once(tmp_p
     """docs/parallel.md's command for a sweep longer than a session, `snakemake --cores 1 trials
     --batch trials=1/3 --configfile config/live.yaml`, dry-run in a scratch copy of the workflow
     (no trial on disk or published): the first two thirds are disjoint slices of the run's 1152
-    broadcasts in path order, a third each, and the last part (`trials` alone) is the rest."""
+    broadcasts in path order, a third each (the last part, `trials` alone, is what they leave)."""
     import os
     import re
     import subprocess
