@@ -30,15 +30,19 @@ def test_the_main_config_names_the_published_companions():
                                        "buffer-depth-200ms", "buffer-depth-500ms",
                                        "buffer-depth-1000ms", "buffer-depth-mvfst-100ms",
                                        "buffer-depth-mvfst-200ms", "buffer-depth-mvfst-500ms",
-                                       "buffer-depth-mvfst-1000ms", "live-policed", "live-traces"]
+                                       "buffer-depth-mvfst-1000ms", "live-policed", "live-traces",
+                                       "live"]
     fast, checked, mvfst, _, rerun, pop, popm, popb, popmb, *rest = comps
-    depths, mdepths, (policed, traces) = rest[:4], rest[4:8], rest[8:]
-    # the live broadcasts (issue 58, docs/live.md): 40 uplinks policed, 5 behind the FIFO, all
-    # of definitions of their own (live-traces' are config/live.yaml's, not yet a companion)
+    depths, mdepths, (policed, traces, live) = rest[:4], rest[4:8], rest[8:]
+    # the live broadcasts (issue 58, docs/live.md): 40 uplinks policed, 5 behind the FIFO, the
+    # population's 240 behind it, all of definitions of their own; live-traces' 20 are trials of
+    # live.yaml (its definitions, 5 of its households)
     assert len(policed.trials) == 192 and policed.cfg.buffer_model == "policed-5ms"
     assert len(traces.trials) == 20 and {t[2] for t in traces.trials} == {"uplink"}
-    live_defs = {t[0] for c in (policed, traces) for t in c.trials}
-    assert not live_defs & {t[0] for c in comps[:-2] for t in c.trials}
+    assert len(live.trials) == 1152 and live.cfg.buffer_model == "qfactor"
+    assert set(traces.trials) <= set(live.trials)
+    live_defs = {t[0] for c in (policed, traces, live) for t in c.trials}
+    assert not live_defs & {t[0] for c in comps[:-3] for t in c.trials}
     # the population study (docs/population.md): its own definitions, none of the run's; with
     # tperf the same trials under other definitions
     assert len(pop.trials) == 2 * 4 * (240 + 2 * 24) and pop.cfg.population is not None

@@ -114,8 +114,9 @@ SWEEP_TOOLS = {"tquic-perf": ("population.yaml", "population-buffers.yaml"),
                "tperf": ("population-mvfst.yaml", "population-mvfst-buffers.yaml")}
 SWEEP_DEPTHS = {"tquic-perf": DEPTH_CONFIGS[:4], "tperf": DEPTH_CONFIGS[4:]}
 #: The live broadcasts (issue 58, docs/live.md), each published whole: 40 uplinks behind a
-#: policer (4 of them three times) and 5 behind the 2 x BDP FIFO, x Cubic, BBR, Copa 0.04 and 0.5
-LIVE_CONFIGS = {"live-policed.yaml": 192, "live-traces.yaml": 20}
+#: policer (4 of them three times), 5 behind the 2 x BDP FIFO and the population's 240 behind it
+#: (24 of them three times; live-traces' 20 are among them), x Cubic, BBR, Copa 0.04 and 0.5
+LIVE_CONFIGS = {"live-policed.yaml": 192, "live-traces.yaml": 20, "live.yaml": 1152}
 #: Facebook's per-broadcast metrics (the trials table's live columns): every broadcast has them
 LIVE_COLUMNS = ("goodput_fb_kbps", "app_rtt_mean_ms", "app_rtt_inband_mean_ms",
                 "transport_rtt_mean_ms", "rtx_overhead", "bitrate_mean_kbps", "frames_produced",
