@@ -41,20 +41,31 @@ STATS_RE = re.compile(
 PROBE = r"""
 import socket, struct, sys, time
 mode = sys.argv[1]
-now = lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+# the wall clock, which the kernel's receive stamps use (one host: both ends read one clock)
+now = lambda: time.clock_gettime_ns(time.CLOCK_REALTIME)
+SO_TIMESTAMPNS = 35  # Linux <asm-generic/socket.h>; the socket module does not name it
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 if mode == "recv":
     port, n, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 16 << 20)
+    # arrival = the kernel's stamp when the datagram reached the socket, not when this
+    # process read it: at 5000 probes a second a reader that falls behind on a busy host
+    # would add its own backlog to every delay (CI 2026-12-06: a median 6.6 ms for 5.0)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind(("0.0.0.0", port))
     s.settimeout(timeout)
     print("listening", flush=True)
     for _ in range(n):
         try:
-            data = s.recv(65536)
+            data, anc, _, _ = s.recvmsg(65536, 64)
         except socket.timeout:
             break
-        t = now()
+        stamps = [c for lvl, typ, c in anc if lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS]
+        if stamps:
+            sec, nsec = struct.unpack("qq", stamps[0][:16])
+            t = sec * 1_000_000_000 + nsec
+        else:
+            t = now()
         seq, t_tx = struct.unpack("!QQ", data[:16])
         print(seq, (t - t_tx) / 1e6, flush=True)
 else:
