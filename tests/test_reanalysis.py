@@ -171,7 +171,7 @@ def published_trials(clone: Path, population: str | None = None,
                      every: list[Path] | None = None) -> list[Path]:
     """Published trials: the paper's run and its other companions, or (``population``: its
     config file) a population run's (or a buffer-depth step's) trials published so far, among
-    ``every`` (on_disk(clone), 0.5 s a listing of 13,000 trials, if not given)."""
+    ``every`` (on_disk(clone), 0.3 s a listing of 12,500 trials, if not given)."""
     pop = {c: {t[0] for t in population_trials(c)}
            for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS, *LIVE_CONFIGS)}
     mine = pop[population] if population else set()
@@ -232,7 +232,7 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
     # analysed by `snakemake all` once all its trials are published. A run published whole is
     # checked in its tables below (_population_analysed: every trial in its trials table or
     # its exclusions, each with its reason, a definition's meta.json read for the format); one
-    # in part here, from each trial's own meta.json (its packs decompressed: 2 s a 1,000)
+    # in part here, from each trial's own meta.json (its packs decompressed: about 1 s a 1,000)
     published = {}
     for c in POPULATION_CONFIGS:
         pop = published_trials(clone, population=c, every=every)
