@@ -16,7 +16,6 @@ jobs. The goal (issue 24) is 60 s or less for pull + all on a 2-core machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from latency_divide.trial import packs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,8 +112,8 @@ def main() -> int:
             if re.search(r"^\s*trial\s+\d+", log, re.M):
                 sys.exit("the run scheduled trials: re-analysis is broken")
             n = len(list((clone / "results/raw").glob("def-*/*/*/*/rep*/meta.json"))) + sum(
-                len(json.loads(i.read_text())["trials"])
-                for i in (clone / "results/raw").glob("def-*/packs/pack-[0-9][0-9][0-9][0-9].json"))
+                len(packs.read_index(a)["trials"])  # plain or compressed (trial.packs)
+                for d in (clone / "results/raw").glob("def-*") for a in packs.archives(d))
             # the trials the tables jobs parsed: a companion not complete on disk is left out
             parsed = sum(pq.read_metadata(t).num_rows
                          for t in (clone / "results").glob("**/tables/trials.parquet"))

@@ -352,7 +352,7 @@ def test_published_packs_pull_and_analyse_as_the_loose_trials(published):
     files = {p.relative_to(again / "results/raw").as_posix().split("/", 1)[1]
              for p in (again / "results/raw").rglob("*") if p.is_file()}
     assert files == {"definition.json", *(f"packs/pack-0001.{s}" for s in (
-        "tar.xz", "json", "parsed.json", "trials.parquet", "ping.parquet", "queue.parquet",
+        "tar.xz", "json.xz", "parsed.json", "trials.parquet", "ping.parquet", "queue.parquet",
         "throughput.parquet"))}
     run(table, again, env)
     packed = pd.read_parquet(again / TABLE)

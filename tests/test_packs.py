@@ -42,7 +42,7 @@ def test_a_pack_gives_back_every_file_and_the_same_rows(tmp_path):
     files = {d: packbuild.trial_files(d) for d in loose}
     arc = packbuild.build(def_dir, loose)
     assert arc == def_dir / "packs" / "pack-0001.tar.xz"
-    idx = json.loads(packs.index_path(arc).read_text())
+    idx = packs.read_index(arc)
     assert set(idx["trials"]) == {packs.trial_key(d) for d in loose}
     assert packs.check(arc) == []
     for d in loose:
@@ -123,10 +123,10 @@ def test_a_damaged_pack_is_named(tmp_path):
     # an index that says otherwise than the archive
     good = _loose(tmp_path, "raw2")
     arc = packbuild.build(good[0].parents[3], good)
-    idx = json.loads(packs.index_path(arc).read_text())
+    idx = packs.read_index(arc)
     key = packs.trial_key(good[0])
     idx["trials"][key]["ping.log"][1] = "0" * 64
-    packs.index_path(arc).write_text(json.dumps(idx))
+    packs.index_path(arc).write_bytes(packs.index_bytes(idx))
     assert packs.check(arc) == [f"{arc}: {key}/ping.log is not what the index records"]
 
 
@@ -188,10 +188,10 @@ def test_a_raw_tree_with_packs_is_checked_as_one_of_loose_trials(tmp_path):
     assert [(f.file, f.what.split(" (")[0]) for f in found] == [("notes.txt", "not a file of a pack")]
     stray.unlink()
     # a member changed inside the pack while its index stayed: named
-    idx = json.loads(packs.index_path(packs.archives(loose[0].parents[3])[0]).read_text())
+    idx = packs.read_index(packs.archives(loose[0].parents[3])[0])
     key = sorted(idx["trials"])[0]
     idx["trials"][key]["queue.jsonl"][1] = "0" * 64
-    packs.index_path(packs.archives(loose[0].parents[3])[0]).write_text(json.dumps(idx))
+    packs.index_path(packs.archives(loose[0].parents[3])[0]).write_bytes(packs.index_bytes(idx))
     packs._trials_in.cache_clear()
     found = check_raw_tree(root, tmp_path, keep_published=False)
     assert [f.file for f in found] == ["queue.jsonl"]
@@ -224,3 +224,53 @@ def test_a_pack_missing_a_file_is_named_and_its_trials_are_never_to_be_measured(
     with pytest.raises(packs.PackError, match=r"pack-0001\.tar\.xz: an archive without its "
                        r"index .*dvc checkout --force.*remove the archive"):
         packs.split(metas, base=tmp_path)
+
+
+def test_an_index_is_written_compressed_and_a_plain_one_reads_the_same_until_compressed(
+        tmp_path, capsys):
+    """An index is compact JSON compressed with xz (a quarter of the indented size on the
+    published packs); one written plain until 2026-12-06 reads the same, and `latency-divide
+    repack --indexes` compresses it losslessly, the archive untouched."""
+    import lzma
+
+    from latency_divide.analysis.rawtree import check_raw_tree
+    from latency_divide.cli import main as cli_main
+    from latency_divide.ops.repack import compress_indexes
+
+    loose = _loose(tmp_path)
+    def_dir, raw = loose[0].parents[3], tmp_path / "raw"
+    arc = packbuild.build(def_dir, loose)
+    files = {d: packbuild.trial_files(d) for d in loose}
+    for d in loose:
+        shutil.rmtree(d)
+    xz = packs.index_path(arc)
+    written = xz.read_bytes()
+    text = lzma.decompress(written).decode()
+    idx = json.loads(text)
+    assert xz.name == "pack-0001.json.xz" and "\n" not in text[:-1] and ": " not in text
+    assert len(written) < len(json.dumps(idx, indent=2)) / 2
+    # as written until 2026-12-06: indented JSON, pack-0001.json
+    plain = def_dir / "packs" / "pack-0001.json"
+    plain.write_text(json.dumps(idx, indent=2, sort_keys=True) + "\n")
+    xz.unlink()
+    packs._trials_in.cache_clear()
+    assert packs.index_path(arc) == plain and packs.read_index(arc) == idx
+    assert packs.archives(def_dir) == [arc]
+    assert {d: packs.files_of(rawio.packed(d)) for d in loose} == files
+    assert packs.check(arc) == [] and check_raw_tree(raw, tmp_path, keep_published=False) == []
+    metas = [str((d / "meta.json").relative_to(tmp_path)) for d in loose]
+    assert str(plain.relative_to(tmp_path)) in packs.split(metas, base=tmp_path)[1]
+    saved = arc.read_bytes()
+    assert cli_main(["repack", "--indexes", "--dry-run", "--raw", str(raw)]) == 0
+    assert plain.exists() and not xz.exists()
+    assert cli_main(["repack", "--indexes", "--raw", str(raw)]) == 0
+    assert "1 pack index(es) compressed; publish them" in capsys.readouterr().out
+    assert not plain.exists() and xz.read_bytes() == written and arc.read_bytes() == saved
+    packs._trials_in.cache_clear()
+    assert {d: packs.files_of(rawio.packed(d)) for d in loose} == files
+    assert compress_indexes(raw) == []
+    # cut short between the rename and the removal: both there, read once, finished again
+    plain.write_text(json.dumps(idx) + "\n")
+    assert packs.archives(def_dir) == [arc] and packs.index_path(arc) == xz
+    assert compress_indexes(raw) == [plain] and not plain.exists() and xz.read_bytes() == written
+    assert check_raw_tree(raw, tmp_path, keep_published=False) == []

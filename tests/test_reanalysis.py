@@ -117,6 +117,10 @@ SWEEP_DEPTHS = {"tquic-perf": DEPTH_CONFIGS[:4], "tperf": DEPTH_CONFIGS[4:]}
 #: policer (4 of them three times), 5 behind the 2 x BDP FIFO and the population's 240 behind it
 #: (24 of them three times; live-traces' 20 are among them), x Cubic, BBR, Copa 0.04 and 0.5
 LIVE_CONFIGS = {"live-policed.yaml": 192, "live-traces.yaml": 20, "live.yaml": 1152}
+#: Live runs published in parts as they are measured (the population's 240 uplinks with the
+#: panel's measured buffers): none of their trials is the main run's, each published one passes
+#: its verdict; each becomes a companion (LIVE_CONFIGS) once whole
+LIVE_IN_PARTS = {"live-buffers.yaml": 1152}
 #: Facebook's per-broadcast metrics (the trials table's live columns): every broadcast has them
 LIVE_COLUMNS = ("goodput_fb_kbps", "app_rtt_mean_ms", "app_rtt_inband_mean_ms",
                 "transport_rtt_mean_ms", "rtx_overhead", "bitrate_mean_kbps", "frames_produced",
@@ -173,7 +177,7 @@ def published_trials(clone: Path, population: str | None = None,
     config file) a population run's (or a buffer-depth step's) trials published so far, among
     ``every`` (on_disk(clone), 0.3 s a listing of 12,500 trials, if not given)."""
     pop = {c: {t[0] for t in population_trials(c)}
-           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS, *LIVE_CONFIGS)}
+           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS, *LIVE_CONFIGS, *LIVE_IN_PARTS)}
     mine = pop[population] if population else set()
     others = set().union(*pop.values(), RETIRED)
     return [t for t in (on_disk(clone) if every is None else every)
@@ -246,6 +250,11 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
                    if not ((int(t.parts[-4]), t.parts[-2]) in BEYOND_HOST[c]
                            and t.parts[-3] == "downlink")
                    and t.parts[-4:] not in KEPT_FAILED.get(c, set()))
+    for c, n in LIVE_IN_PARTS.items():  # a live run in part: its own trials, every one healthy
+        part = published_trials(clone, population=c, every=every)
+        assert {t.relative_to(clone / "results/raw").parts for t in part} <= population_trials(c)
+        assert total(c) == n and len(part) < n, c  # whole, it is a companion: LIVE_CONFIGS
+        assert all(verdict == "pass" for _, verdict in read_meta_facts(part)), c
     # the buffer-depth sweep: each step complete (or not published at all), every verdict
     # passing but those kept and listed
     for c in DEPTH_CONFIGS:

@@ -3,6 +3,7 @@ measured again goes into a later pack whose index names the packed measurement i
 every reader then gets the new one, and the old one stays in its pack, traceable."""
 
 import json
+import lzma
 import shutil
 
 import pandas as pd
@@ -90,7 +91,7 @@ def test_a_trial_measured_again_replaces_the_published_one_for_every_reader(tmp_
     metas = [str((d / "meta.json").relative_to(tmp_path)) for d in trials]
     todo, files = packs.split(metas[:1], base=tmp_path)
     assert todo == [] and {f.rsplit("/", 1)[1] for f in files} == \
-        {p.name for p in parsedcache.files(new_arc)} | {new_arc.name, "pack-0002.json"}
+        {p.name for p in parsedcache.files(new_arc)} | {new_arc.name, "pack-0002.json.xz"}
     todo, files = packs.split(metas, base=tmp_path)
     assert todo == [] and {f.rsplit("/", 1)[1].split(".")[0] for f in files} == \
         {"pack-0001", "pack-0002"}
@@ -139,12 +140,12 @@ def test_a_repeated_key_without_a_matching_supersedes_record_is_an_error(tmp_pat
     _measured_again(tmp_path, trials[0])
     new_arc = packing.pack_definition(def_dir, supersede=REASON)
     key = packs.trial_key(trials[0])
-    good = packs.index_path(new_arc).read_text()
+    good = packs.index_path(new_arc).read_bytes()
 
     def forged(edit, match):
-        idx = json.loads(good)
+        idx = json.loads(lzma.decompress(good))
         edit(idx)
-        packs.index_path(new_arc).write_text(json.dumps(idx))
+        packs.index_path(new_arc).write_bytes(packs.index_bytes(idx))
         packs._trials_in.cache_clear()
         with pytest.raises(packs.PackError, match=match):
             packs.trials_in(def_dir)
@@ -160,8 +161,8 @@ def test_a_repeated_key_without_a_matching_supersedes_record_is_an_error(tmp_pat
            r"supersedes record for it\)")
     forged(lambda i: i["supersedes"][key].update(reason=" "), "gives no reason")
     forged(lambda i: i["supersedes"].update({"1/uplink/cubic/rep1": i["supersedes"][key]}),
-           r"pack-0002\.json: supersedes 1/uplink/cubic/rep1, which it does not hold")
-    packs.index_path(new_arc).write_text(good)
+           r"pack-0002\.json\.xz: supersedes 1/uplink/cubic/rep1, which it does not hold")
+    packs.index_path(new_arc).write_bytes(good)
     packs._trials_in.cache_clear()
     assert packs.trials_in(def_dir)[key].archive == new_arc
 

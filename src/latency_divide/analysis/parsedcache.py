@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latency_divide.fsio import json_text
-from latency_divide.trial.packs import _cache_files, index_path
+from latency_divide.trial.packs import _cache_files, read_index
 
 #: The modules whose code makes a trial's row and series (tests/test_parsedcache.py checks that
 #: parsing loads no other module of ours).
@@ -155,8 +155,8 @@ def write(archive: Path, results: dict[str, tuple]) -> None:
         frame = {c: (np.concatenate(v) if v else np.array([])) for c, v in cols[s].items()}
         blobs[f"{s}.parquet"] = _parquet(pd.DataFrame(frame))
     blobs["parsed.json"] = json_text({"format": FORMAT, "code": code_key(),
-                                      "archive": json.loads(index_path(archive).read_text())
-                                      ["archive"]["sha256"], "trials": entries}).encode()
+                                      "archive": read_index(archive)["archive"]["sha256"],
+                                      "trials": entries}).encode()
     for part, data in blobs.items():  # parsed.json last: the cache is complete once it is there
         dst = _path(archive, part)
         tmp = dst.with_name(f".{dst.name}.tmp")
@@ -185,7 +185,7 @@ def load(archive: Path, key: str | None = None) -> tuple[Cache | None, str]:
         return None, f"parsed cache unreadable ({e})"
     if head.get("format") != FORMAT or head.get("code") != (key or code_key()):
         return None, "parsed cache of other code"
-    if head.get("archive") != json.loads(index_path(archive).read_text())["archive"]["sha256"]:
+    if head.get("archive") != read_index(archive)["archive"]["sha256"]:
         return None, "parsed cache of another archive"
     try:
         trials = pq.read_table(_path(archive, "trials.parquet")).to_pandas()

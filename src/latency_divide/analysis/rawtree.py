@@ -88,10 +88,12 @@ def check_raw_tree(raw_root: Path | str = RAW, repo: Path | str = ".",
 def _pack_file(p: Path) -> bool:
     """A file of a packs directory that belongs there: an archive with its index, an index
     with its archive, or a parsed cache file of an archive."""
-    m = re.match(r"\A(pack-\d{4})\.(tar\.xz|json|parsed\.json|"
+    from latency_divide.trial.packs import index_path
+
+    m = re.match(r"\A(pack-\d{4})\.(tar\.xz|json|json\.xz|parsed\.json|"
                  r"(trials|ping|queue|throughput)\.parquet)\Z", p.name)
     return bool(p.is_file() and m and (p.parent / f"{m[1]}.tar.xz").is_file()
-                and (p.parent / f"{m[1]}.json").is_file())
+                and index_path(p.parent / f"{m[1]}.tar.xz").is_file())
 
 
 def read_sources(packed) -> dict[str, str]:

@@ -92,7 +92,8 @@ COMMANDS: dict[str, Command] = {
     "migrate": Command("move format-1 trials into the definition layout", _migrate_args,
                        _migrate),
     "repack": Command("repack trials of formats 1-3 into format 4's two files, losslessly "
-                      "(--check: rebuild their original files)", _repack_args, _repack),
+                      "(--check: rebuild their original files; --indexes: compress the plain "
+                      "pack indexes)", _repack_args, _repack),
     "publish": Command("record results/raw in dvc.lock and push it to the published remote",
                        _publish_args, _publish),
     "trial": Command("run one trial (local namespaces, or an SSH testbed with --inventory)",

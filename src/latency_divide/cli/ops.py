@@ -135,13 +135,22 @@ def _repack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="repack nothing: rebuild every repacked trial's original files and "
                         "compare them with the md5s it recorded")
+    p.add_argument("--indexes", action="store_true",
+                   help="repack no trial: write every plain-JSON pack index (written until "
+                        "2026-12-06) compressed, as packs write it now, losslessly")
 
 
 def _repack(args) -> int:
-    from latency_divide.ops.repack import REPACKED, check_repacked, repack_tree
+    from latency_divide.ops.repack import REPACKED, check_repacked, compress_indexes, repack_tree
     from latency_divide.trial import rawio
     from latency_divide.trial.packs import every_trial
 
+    if args.indexes:
+        done = compress_indexes(args.raw, dry_run=args.dry_run)
+        print(f"{len(done)} pack index(es) {'to compress' if args.dry_run else 'compressed'}"
+              + ("; publish them with `latency-divide publish --replace-published`"
+                 if done and not args.dry_run else ""))
+        return 0
     if not args.check:
         todo, problems = repack_tree(args.raw, dry_run=args.dry_run,
                                      log=lambda m: print(m, file=sys.stderr))

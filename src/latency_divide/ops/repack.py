@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import lzma
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -248,3 +249,30 @@ def repack_tree(raw_root: Path | str, *, dry_run: bool = False,
         if k % 100 == 0 or k == len(todo):
             log(f"{'would repack' if dry_run else 'repacked'} {k} of {len(todo)}: {d}")
     return todo, problems
+
+
+def compress_indexes(raw_root: Path | str, *, dry_run: bool = False) -> list[Path]:
+    """Every plain-JSON pack index under ``raw_root`` (written until 2026-12-06) written again as
+    packs write one now (trial.packs.index_bytes), losslessly: the compressed index, read back,
+    must be the same JSON object before it takes its place (synced, renamed), and only then is
+    the plain one removed; cut short anywhere, it is finished by running it again. The archives
+    are untouched. Return the plain indexes (with ``dry_run``, those it would compress)."""
+    from latency_divide.trial.packs import INDEX_SUFFIXES, PACKS_DIR, index_bytes
+
+    plain = INDEX_SUFFIXES[1]
+    todo = sorted(Path(raw_root).glob(f"def-*/{PACKS_DIR}/pack-[0-9][0-9][0-9][0-9]{plain}"))
+    for old in [] if dry_run else todo:
+        doc = json.loads(old.read_bytes())
+        new = old.with_name(old.name.removesuffix(plain) + INDEX_SUFFIXES[0])
+        tmp = new.with_name(f".{new.name}.tmp")
+        try:
+            tmp.write_bytes(index_bytes(doc))
+            if json.loads(lzma.decompress(tmp.read_bytes())) != doc:
+                raise RepackError(f"{old}: its compressed index does not read back the same")
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, new)
+        finally:
+            tmp.unlink(missing_ok=True)
+        old.unlink()
+    return todo

@@ -9,7 +9,6 @@ import lzma
 import os
 from pathlib import Path
 
-from latency_divide.fsio import json_text
 from latency_divide.trial import packs
 from latency_divide.trial.layout import ARCHIVE, META
 from latency_divide.trial.packs import (
@@ -19,6 +18,7 @@ from latency_divide.trial.packs import (
     XZ_FILTERS,
     PackError,
     archives,
+    index_bytes,
     index_path,
     sha256,
     tar_bytes,
@@ -101,7 +101,7 @@ def build(def_dir: Path | str, trial_dirs: list[Path], supersede: str | None = N
         tmp.write_bytes(data)
         if packs._read_archive(str(tmp), (0,)) != trials:
             raise PackError(f"{out}: the archive does not give back the trials' files")
-        tmp_idx.write_text(json_text(index))
+        tmp_idx.write_bytes(index_bytes(index))
         for f in (tmp, tmp_idx):
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
