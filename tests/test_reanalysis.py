@@ -666,7 +666,7 @@ def test_corrupted_or_incomplete_pulled_data_stops_the_analysis_with_a_name(pull
             aside.rename(table)
     # 5. an index deleted: its trials cannot be known, and none is scheduled for measurement:
     # the workflow stops at once, naming the archive and the repair
-    (clone / f"{a}.json").unlink()
+    (clone / f"{a}.json.xz").unlink()
     p = run([SNAKEMAKE, "-n", "--cores", "1", "all"], clone, env, check=False)
     out = p.stdout + p.stderr
     assert p.returncode != 0 and f"{a}.tar.xz: an archive without its index" in out, out[-3000:]
