@@ -72,10 +72,10 @@ TARGET_FUNCTIONS.append(lambda: DEPTH_TARGETS)
 # The answer side by side (issue 41, step 4; docs/population.md "The answer, side by side"):
 # every row of Facebook's table beside our change against Cubic under 2 x BDP and under the
 # measured buffers, per tool and direction, bulk transfers and live broadcasts (issue 58;
-# docs/live.md "The answer, when the runs exist": Facebook's own metrics and its RTX-overhead
-# rows; latency_divide.analysis.answer: PAIRS, the two population runs of one tool and app)
-# -> results/tables/buffers_answer.{parquet,md}. A pair is in it when both its runs are present;
-# reads their percentile tables (rule companion_tables).
+# docs/live.md "Facebook's table, live": Facebook's own metrics and its RTX-overhead rows;
+# latency_divide.analysis.answer: PAIRS, the two population runs of one tool and app, and the
+# policed live run BESIDE its pair) -> results/tables/buffers_answer.{parquet,md}. A pair is in
+# it when both its runs are present; reads their percentile tables (rule companion_tables).
 from latency_divide.analysis.answer import answer_pairs, app_of
 
 ANSWER_PAIRS = answer_pairs(COMPANIONS, COMPANIONS_PRESENT)

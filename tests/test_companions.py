@@ -31,18 +31,21 @@ def test_the_main_config_names_the_published_companions():
                                        "buffer-depth-1000ms", "buffer-depth-mvfst-100ms",
                                        "buffer-depth-mvfst-200ms", "buffer-depth-mvfst-500ms",
                                        "buffer-depth-mvfst-1000ms", "live-policed", "live-traces",
-                                       "live"]
+                                       "live", "live-buffers"]
     fast, checked, mvfst, _, rerun, pop, popm, popb, popmb, *rest = comps
-    depths, mdepths, (policed, traces, live) = rest[:4], rest[4:8], rest[8:]
+    depths, mdepths, (policed, traces, live, liveb) = rest[:4], rest[4:8], rest[8:]
     # the live broadcasts (issue 58, docs/live.md): 40 uplinks policed, 5 behind the FIFO, the
-    # population's 240 behind it, all of definitions of their own; live-traces' 20 are trials of
-    # live.yaml (its definitions, 5 of its households)
+    # population's 240 behind it and behind the measured buffers, all of definitions of their
+    # own; live-traces' 20 are trials of live.yaml (its definitions, 5 of its households)
     assert len(policed.trials) == 192 and policed.cfg.buffer_model == "policed-5ms"
     assert len(traces.trials) == 20 and {t[2] for t in traces.trials} == {"uplink"}
     assert len(live.trials) == 1152 and live.cfg.buffer_model == "qfactor"
     assert set(traces.trials) <= set(live.trials)
-    live_defs = {t[0] for c in (policed, traces, live) for t in c.trials}
-    assert not live_defs & {t[0] for c in comps[:-3] for t in c.trials}
+    assert len(liveb.trials) == 1152 and liveb.cfg.buffer_model == "mba-2014"
+    assert [t[1:] for t in liveb.trials] == [t[1:] for t in live.trials]
+    assert not {t[0] for t in liveb.trials} & {t[0] for t in live.trials}
+    live_defs = {t[0] for c in (policed, traces, live, liveb) for t in c.trials}
+    assert not live_defs & {t[0] for c in comps[:-4] for t in c.trials}
     # the population study (docs/population.md): its own definitions, none of the run's; with
     # tperf the same trials under other definitions
     assert len(pop.trials) == 2 * 4 * (240 + 2 * 24) and pop.cfg.population is not None

@@ -1,5 +1,5 @@
 """Facebook's table beside the live population runs (issue 58, item 4; analysis.answer,
-analysis.facebook, analysis.population; docs/live.md "The answer, when the runs exist"): the
+analysis.facebook, analysis.population; docs/live.md "Facebook's table, live"): the
 live metrics' percentiles and bootstrap intervals, Facebook's RTX-overhead rows (in words only),
 and the side-by-side columns with and without live runs. From small crafted trials and
 percentile tables; quick: no trial, no namespace."""
@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 
 from latency_divide.analysis.answer import (
+    BESIDE,
     LIVE_NOTE,
     PAIRS,
     all_markdown,
@@ -245,6 +246,25 @@ def test_uplinks_show_bulk_and_live_side_by_side_for_both_buffers():
     assert full.index("## tquic-perf, downlinks") < full.index("## tquic-perf, uplinks")
 
 
+def test_the_policed_run_is_a_column_after_the_live_pair_with_its_households():
+    """The policed live run (40 of the 240 uplinks) is a third live column, and the note under
+    the uplinks names each live run's households."""
+    few = _trials({"cubic": 1.0, "copa-0.04": 1.5, "bbr": 1.4})
+    policed = percentile_table(few[few["household_id"] <= 4], seed=1)
+    df = answer_table([*_four(), ("live-policed", "policed-5ms", policed, "live")])
+    lines = to_markdown(df, "tquic-perf", "uplink").splitlines()
+    assert lines[0].endswith("| live 2 x BDP [95 % CI] | live mba-2014 [95 % CI] | "
+                             "live policed-5ms [95 % CI] |")
+    assert ("| goodput | p50 | copa | +16 % | +10 % [+10 %, +10 %] | -38 % [-38 %, -38 %] | "
+            "+16 % [+16 %, +16 %] | -30 % [-30 %, -30 %] | +50 % [+50 %, +50 %] |") in lines
+    full = all_markdown(df)
+    assert full.count(LIVE_NOTE) == 1
+    assert LIVE_NOTE + " Households: live 10, live-buffers 10, live-policed 4." in full
+    assert set(df.loc[df["run"] == "live-policed", "n_households"]) == {4}
+    # the bulk answer is untouched by it: no household note where no live run is
+    assert "Households" not in all_markdown(answer_table(_four()[:2]))
+
+
 def test_without_live_runs_the_answer_is_the_bulk_one():
     bulk = answer_table(_four()[:2])
     full = all_markdown(bulk)
@@ -261,18 +281,22 @@ def test_without_live_runs_the_answer_is_the_bulk_one():
     assert len(alone) == 2 + len(FACEBOOK) + len(FACEBOOK_STATED)
 
 
-def test_the_published_bulk_answer_is_unchanged():
+def test_the_published_answer_is_what_the_code_writes():
     """With the published population runs' percentile tables on disk (after `dvc pull`), the
-    answer's Markdown is byte for byte the published results/tables/buffers_answer.md."""
-    runs = [(b, m, f"results/companions/{b}/tables/percentiles.parquet")
-            for b, m in (("population", "qfactor"), ("population-buffers", "mba-2014"),
-                         ("population-mvfst", "qfactor"),
-                         ("population-mvfst-buffers", "mba-2014"))]
+    answer's Markdown is byte for byte the published results/tables/buffers_answer.md: the bulk
+    pairs, then the live pair with the policed run beside it."""
+    runs = [(b, m, f"results/companions/{b}/tables/percentiles.parquet", app)
+            for b, m, app in (("population", "qfactor", "bulk"),
+                              ("population-buffers", "mba-2014", "bulk"),
+                              ("population-mvfst", "qfactor", "bulk"),
+                              ("population-mvfst-buffers", "mba-2014", "bulk"),
+                              ("live", "qfactor", "live"), ("live-buffers", "mba-2014", "live"),
+                              ("live-policed", "policed-5ms", "live"))]
     md = ROOT / "results" / "tables" / "buffers_answer.md"
-    if not md.exists() or not all((ROOT / p).exists() for _, _, p in runs):
+    if not md.exists() or not all((ROOT / p).exists() for _, _, p, _ in runs):
         pytest.skip("the published population runs are not on disk (dvc pull)")
     from latency_divide.analysis.population import read_percentiles
-    df = answer_table([(n, m, read_percentiles(ROOT / p)) for n, m, p in runs])
+    df = answer_table([(n, m, read_percentiles(ROOT / p), a) for n, m, p, a in runs])
     assert all_markdown(df) == md.read_text()
 
 
@@ -301,4 +325,13 @@ def test_the_live_pair_is_paired_and_live():
     assert app_of(live.cfg) == app_of(buffers.cfg) == "live" and app_of(bulk.cfg) == "bulk"
     assert answer_pairs([live, buffers], [live, buffers]) == [(live, buffers)]
     assert answer_pairs([live, buffers], [live]) == []
+    # the policed run beside the pair when on disk, never alone with half of it
+    assert BESIDE[("config/live.yaml", "config/live-buffers.yaml")] == (
+        "config/live-policed.yaml",)
+    policed, = load_companions(["config/live-policed.yaml"], base=ROOT)
+    assert policed.cfg.buffer_model == "policed-5ms" and app_of(policed.cfg) == "live"
+    assert set(policed.cfg.household_ids()) < set(live.cfg.household_ids())
+    every = [live, buffers, policed]
+    assert answer_pairs(every, every) == [(live, buffers, policed)]
+    assert answer_pairs(every, [live, policed]) == []
     assert sorted(live.cfg.household_ids()) == sorted(bulk.cfg.household_ids())

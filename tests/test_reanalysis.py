@@ -115,12 +115,13 @@ SWEEP_TOOLS = {"tquic-perf": ("population.yaml", "population-buffers.yaml"),
 SWEEP_DEPTHS = {"tquic-perf": DEPTH_CONFIGS[:4], "tperf": DEPTH_CONFIGS[4:]}
 #: The live broadcasts (issue 58, docs/live.md), each published whole: 40 uplinks behind a
 #: policer (4 of them three times), 5 behind the 2 x BDP FIFO and the population's 240 behind it
-#: (24 of them three times; live-traces' 20 are among them), x Cubic, BBR, Copa 0.04 and 0.5
-LIVE_CONFIGS = {"live-policed.yaml": 192, "live-traces.yaml": 20, "live.yaml": 1152}
-#: Live runs published in parts as they are measured (the population's 240 uplinks with the
-#: panel's measured buffers): none of their trials is the main run's, each published one passes
-#: its verdict; each becomes a companion (LIVE_CONFIGS) once whole
-LIVE_IN_PARTS = {"live-buffers.yaml": 1152}
+#: and behind the panel's measured buffers (24 of them three times; live-traces' 20 are among
+#: them), x Cubic, BBR, Copa 0.04 and 0.5
+LIVE_CONFIGS = {"live-policed.yaml": 192, "live-traces.yaml": 20, "live.yaml": 1152,
+                "live-buffers.yaml": 1152}
+#: The live runs set beside Facebook's table (analysis.answer: the pair, the policed run
+#: beside it) and their households
+LIVE_ANSWER = {"live": 240, "live-buffers": 240, "live-policed": 40}
 #: Facebook's per-broadcast metrics (the trials table's live columns): every broadcast has them
 LIVE_COLUMNS = ("goodput_fb_kbps", "app_rtt_mean_ms", "app_rtt_inband_mean_ms",
                 "transport_rtt_mean_ms", "rtx_overhead", "bitrate_mean_kbps", "frames_produced",
@@ -177,7 +178,7 @@ def published_trials(clone: Path, population: str | None = None,
     config file) a population run's (or a buffer-depth step's) trials published so far, among
     ``every`` (on_disk(clone), 0.3 s a listing of 12,500 trials, if not given)."""
     pop = {c: {t[0] for t in population_trials(c)}
-           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS, *LIVE_CONFIGS, *LIVE_IN_PARTS)}
+           for c in (*POPULATION_CONFIGS, *DEPTH_CONFIGS, *LIVE_CONFIGS)}
     mine = pop[population] if population else set()
     others = set().union(*pop.values(), RETIRED)
     return [t for t in (on_disk(clone) if every is None else every)
@@ -250,11 +251,6 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
                    if not ((int(t.parts[-4]), t.parts[-2]) in BEYOND_HOST[c]
                            and t.parts[-3] == "downlink")
                    and t.parts[-4:] not in KEPT_FAILED.get(c, set()))
-    for c, n in LIVE_IN_PARTS.items():  # a live run in part: its own trials, every one healthy
-        part = published_trials(clone, population=c, every=every)
-        assert {t.relative_to(clone / "results/raw").parts for t in part} <= population_trials(c)
-        assert total(c) == n and len(part) < n, c  # whole, it is a companion: LIVE_CONFIGS
-        assert all(verdict == "pass" for _, verdict in read_meta_facts(part)), c
     # the buffer-depth sweep: each step complete (or not published at all), every verdict
     # passing but those kept and listed
     for c in DEPTH_CONFIGS:
@@ -372,7 +368,7 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
         assert set(ans["tool"]) == answered
         md = answer.with_suffix(".md").read_text()
         for tool in answered:  # 12 rows per buffer model and direction both runs have
-            mine = ans[ans["tool"] == tool]
+            mine = ans[(ans["tool"] == tool) & (ans["app"] == "bulk")]
             # the directions both of its runs measured (tperf's measured buffers: uplinks)
             directions = set.intersection(*(set(load_config(ROOT / "config" / c).directions)
                                             for c in SWEEP_TOOLS[tool]))
@@ -382,6 +378,14 @@ def test_pull_then_all_measures_nothing_and_rebuilds_every_table_and_figure(pull
             assert (mine["n_households"] >= 200).all(), tool
             assert f"## {tool}, uplinks" in md
         assert "| transport RTT | p90 | copa | -38 % |" in md
+        # the live runs beside them, uplinks (Facebook's 12 rows and its 4 RTX rows each)
+        live = ans[ans["app"] == "live"]
+        assert set(live["tool"]) == {"tquic-perf"} and set(live["direction"]) == {"uplink"}
+        assert live.groupby("run")["n_households"].max().to_dict() == LIVE_ANSWER
+        assert live.groupby("run").size().to_dict() == dict.fromkeys(LIVE_ANSWER, 16)
+        assert live.loc[live["facebook"].notna(), "change"].notna().all()
+        assert ("| live 2 x BDP [95 % CI] | live mba-2014 [95 % CI] | live policed-5ms [95 % CI] |"
+                in md)
     else:
         assert not answer.with_suffix(".parquet").exists()
     # the same command again: nothing to do

@@ -1,6 +1,6 @@
 """Facebook's table beside two buffers (issue 41, step 4; docs/population.md "The answer, side
-by side"), for bulk transfers and live broadcasts (issue 58, item 4; docs/live.md "The answer,
-when the runs exist"): every row of Facebook's production table of Copa and BBR
+by side"), for bulk transfers and live broadcasts (issue 58, item 4; docs/live.md "Facebook's
+table, live"): every row of Facebook's production table of Copa and BBR
 (analysis.facebook.FACEBOOK) with our change against Cubic under each buffer model a population
 was measured with, per tool and direction, and for live runs Facebook's RTX-overhead rows, which
 its deck gives in words only (analysis.facebook.FACEBOOK_STATED).
@@ -18,8 +18,9 @@ inside our group interval (a stated row: our whole interval on the side it state
 :func:`to_markdown` prints one (tool, direction) as Facebook | run 1 | run 2 | ...
 
 The runs paired (:data:`PAIRS`) are named by their config files; a pair is answered when both
-of its runs are complete on disk (rules/depth.smk, rule ``buffers_answer``). A pair's rows cover
-the directions both its runs have; a (tool, direction) shows every pair that has it.
+of its runs are complete on disk (rules/depth.smk, rule ``buffers_answer``), with the runs
+:data:`BESIDE` it that are on disk too (the policed live run). A pair's rows cover the
+directions all its runs have; a (tool, direction) shows every pair that has it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("config/population-mvfst.yaml", "config/population-mvfst-buffers.yaml"),
     ("config/live.yaml", "config/live-buffers.yaml"),
 )
+#: Further runs of a pair's tool and app, a column each after the pair's two when on disk:
+#: the policed live run (40 of the 240 uplinks, each behind a policer at its rate).
+BESIDE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("config/live.yaml", "config/live-buffers.yaml"): ("config/live-policed.yaml",),
+}
 #: The applications of a run (:func:`app_of`), in a (tool, direction)'s column order.
 APPS = ("bulk", "live")
 
@@ -85,10 +91,12 @@ class AnswerInputError(LatencyDivideError):
 
 
 def answer_pairs(companions, present) -> list[tuple]:
-    """The :data:`PAIRS` whose two runs are both present, as (2 x BDP, measured) Companion
-    objects (rules/common.smk's COMPANIONS and COMPANIONS_PRESENT)."""
+    """The :data:`PAIRS` whose two runs are both present, as (2 x BDP, measured, then each run
+    :data:`BESIDE` the pair that is present) Companion objects (rules/common.smk's COMPANIONS
+    and COMPANIONS_PRESENT)."""
     here = {Path(c.configfile).as_posix(): c for c in present}
-    return [(here[a], here[b]) for a, b in PAIRS if a in here and b in here]
+    return [tuple(here[c] for c in (a, b, *BESIDE.get((a, b), ())) if c in here)
+            for a, b in PAIRS if a in here and b in here]
 
 
 def app_of(cfg) -> str:
@@ -204,13 +212,16 @@ LIVE_NOTE = (
 
 def all_markdown(df: pd.DataFrame) -> str:
     """Every (tool, direction) of the table, each under its own heading (with
-    :data:`LIVE_NOTE` under one with live runs)."""
+    :data:`LIVE_NOTE` and each live run's households under one with live runs)."""
     parts = ["Change against Cubic (group view) with 95 % household-bootstrap intervals; "
              "`*`: Facebook's number inside our interval."]
     for tool, direction in df[["tool", "direction"]].drop_duplicates().itertuples(index=False):
         parts += ["", f"## {tool}, {direction}s", "", to_markdown(df, tool, direction)]
-        if ((df["tool"] == tool) & (df["direction"] == direction) & (df["app"] == "live")).any():
-            parts += ["", LIVE_NOTE]
+        live = df[(df["tool"] == tool) & (df["direction"] == direction) & (df["app"] == "live")]
+        if not live.empty:  # the note, and each live run's households (the policed run: 40)
+            n = live.groupby("run", sort=False)["n_households"].max()
+            parts += ["", LIVE_NOTE + " Households: "
+                      + ", ".join(f"{run} {k}" for run, k in n.items()) + "."]
     return "\n".join(parts) + "\n"
 
 
