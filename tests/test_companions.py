@@ -44,6 +44,10 @@ def test_the_main_config_names_the_published_companions():
     assert len(liveb.trials) == 1152 and liveb.cfg.buffer_model == "mba-2014"
     assert [t[1:] for t in liveb.trials] == [t[1:] for t in live.trials]
     assert not {t[0] for t in liveb.trials} & {t[0] for t in live.trials}
+    # a live run draws its answer's figures only (re-analysis time, issue 58); live-traces none
+    for c in (policed, live, liveb):
+        assert c.cfg.figures == ("percentiles", "percentiles_buckets"), c.name
+    assert traces.cfg.figures == ()
     live_defs = {t[0] for c in (policed, traces, live, liveb) for t in c.trials}
     assert not live_defs & {t[0] for c in comps[:-4] for t in c.trials}
     # the population study (docs/population.md): its own definitions, none of the run's; with
