@@ -34,8 +34,11 @@ if COMPANIONS_PRESENT:
             **{f"{companion_key(_c)}__{k}": v for _c in COMPANIONS_PRESENT
                for k, v in {**table_files(_c.root), **percentile_files(_c.root, _c.cfg)}.items()},
         params:
+            # the trials as a digest (Companion.digest), not their list: Snakemake records
+            # params beside every output; the job lists them again from the config file
             companions=[{"key": companion_key(_c), "name": _c.name, "seed": _c.cfg.seed,
-                         "metas": _c.metas()} for _c in COMPANIONS_PRESENT],
+                         "configfile": _c.configfile, "trials": _c.digest()}
+                        for _c in COMPANIONS_PRESENT],
         threads: 2
         conda:
             "../envs/analysis.yaml"

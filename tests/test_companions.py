@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from latency_divide.analysis.companions import load_companions, table_files
+from latency_divide.analysis.companions import companion_metas, load_companions, table_files
 from latency_divide.errors import ConfigError
 from latency_divide.config import load_config
 from latency_divide.trial.sweep import trial_ids
@@ -123,6 +123,19 @@ def test_missing_lists_trials_not_on_disk(tmp_path):
     first.write_text("{}")
     assert len(c.missing(base=tmp_path)) == len(c.trials) - 1
 
+
+
+def test_the_tables_job_lists_a_companions_trials_again_from_its_config(tmp_path):
+    """rule companion_tables passes each companion's config file and the digest of its trials
+    (Snakemake records a job's params beside each of its outputs: the lists were 120 MB); the
+    job lists them again and refuses a config changed since the DAG was made."""
+    one = _write(tmp_path, "one.yaml")
+    (c,) = load_companions([one.name], base=tmp_path)
+    assert len(c.digest()) == 64 and len(c.trials) > 1
+    assert companion_metas(one.name, c.digest(), base=tmp_path) == c.metas()
+    other = _write(tmp_path, "one.yaml", directions=["uplink"])  # half the trials now
+    with pytest.raises(ConfigError, match=r"companion one \(one.yaml\): its trials are not"):
+        companion_metas(other.name, c.digest(), base=tmp_path)
 
 def test_schema_refuses_a_companion_that_is_not_a_yaml_file(tmp_path):
     p = _write(tmp_path, "x.yaml", companions=["config/a.txt"])

@@ -2,6 +2,7 @@
 and a population run's percentiles.parquet, in one job (latency_divide.analysis.jobs)."""
 import logging
 
+from latency_divide.analysis.companions import companion_metas
 from latency_divide.analysis.jobs import tables_job
 from latency_divide.analysis.population_figures import build_percentiles
 
@@ -10,7 +11,7 @@ logging.captureWarnings(True)  # excluded trials (TrialSkipped) are named in the
 for c in snakemake.params.companions:
     key = c["key"]
     trials = snakemake.output[f"{key}__trials"]
-    tables_job(c["metas"], trials, snakemake.threads,
+    tables_job(companion_metas(c["configfile"], c["trials"]), trials, snakemake.threads,
                what=f"companion {c['name']}")
     percentiles = getattr(snakemake.output, f"{key}__percentiles", None)
     if percentiles is not None:  # a population run

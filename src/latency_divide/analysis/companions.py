@@ -71,6 +71,26 @@ class Companion:
         loose, _ = split(self.metas(raw_root), base)
         return [m for m in loose if not (base / m).exists()]
 
+    def digest(self) -> str:
+        """sha256 of its trials' meta.json paths, one a line: what a tables job's params hold
+        in place of the list. Snakemake keeps a job's params in the record of every output it
+        writes (.snakemake/metadata): the lists of all companions, kept beside each of their
+        140 tables, were 120 MB and 13 s of every re-analysis (bench/bench_reanalysis.py)."""
+        import hashlib
+        return hashlib.sha256("\n".join(self.metas()).encode()).hexdigest()
+
+
+def companion_metas(configfile: str, digest: str, base: Path = Path(".")) -> list[str]:
+    """The meta.json paths of the companion whose config is ``configfile``, loaded again in the
+    tables job; ``digest`` (:meth:`Companion.digest`, from the DAG) must match, or the config
+    changed after Snakemake planned the job: ConfigError, nothing written."""
+    [c] = load_companions([configfile], base)
+    if c.digest() != digest:
+        raise ConfigError(f"companion {c.name} ({configfile}): its trials are not those "
+                          "Snakemake planned the job with (the config changed since): run "
+                          "snakemake again")
+    return c.metas()
+
 
 def load_companions(paths, base: Path = Path("."), data=None) -> list[Companion]:
     """The companions named by a config (its ``companions`` list of config files). Raises
