@@ -17,6 +17,14 @@ The tiers are the ``slow`` marker: ``make test`` runs ``pytest -m "not slow"`` (
 tier), ``make test-all`` everything. The split is enforced here: a test without the ``slow``
 marker whose set-up and call took over :data:`QUICK_LIMIT_S` fails, saying so (``pytest -o
 quick_limit_s=N`` changes the limit, e.g. on a loaded machine).
+
+The ``shared`` marker names the modules that measure nothing and time nothing (parsing,
+tables, figures, configs, docs, the re-analysis of published data): they may run beside
+another test. scripts/test.sh runs the tests in two phases: ``--phase shared`` in two processes
+(pytest-xdist, a module to a process), then ``--phase alone`` in one, where every other test
+(a real trial, the host check, the Slurm cluster, the SSH testbed, anything that reads the
+host's clock or load) has the host to itself. A test marked ``shared`` and ``netns`` is an
+error: a namespace test changes the host.
 """
 
 from __future__ import annotations
@@ -66,6 +74,29 @@ _SETUP_S = pytest.StashKey[float]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("quick_limit_s", f"the quick tier's limit per test, s (default {QUICK_LIMIT_S:g})",
                   default=str(QUICK_LIMIT_S))
+    parser.addoption("--phase", choices=("all", "shared", "alone"), default="all",
+                     help="the tests marked shared only (they may run beside others), the "
+                          "others only (each with the host to itself), or all (default)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--phase: keep the tests of that phase, deselect the rest (scripts/test.sh)."""
+    both = [i.nodeid for i in items
+            if i.get_closest_marker("shared") and i.get_closest_marker("netns")]
+    if both:
+        raise pytest.UsageError(f"marked both shared and netns (a namespace test changes the "
+                                f"host, it cannot run beside another): {', '.join(both)}")
+    phase = config.getoption("phase")
+    if phase == "all":
+        return
+    keep = [i for i in items if bool(i.get_closest_marker("shared")) == (phase == "shared")]
+    kept = {id(i) for i in keep}
+    gone = [i for i in items if id(i) not in kept]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+    if phase == "shared":  # the slow ones first: the longest module starts at once, the other
+        keep.sort(key=lambda i: i.get_closest_marker("slow") is None)  # process takes the rest
+    items[:] = keep
 
 
 @pytest.fixture(scope="session")

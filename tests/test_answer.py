@@ -23,6 +23,9 @@ from latency_divide.analysis.facebook import FACEBOOK, VARIANT_OF
 from latency_divide.analysis.population import percentile_table, write_percentiles
 from latency_divide.errors import LatencyDivideError
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 HH = list(range(1, 11))
 
 

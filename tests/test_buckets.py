@@ -22,6 +22,9 @@ from latency_divide.data.source import load_rows
 
 from conftest import ROOT
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 #: The paper's published sample (EXPERIMENT.md, "Households"): 38 households, in the paper's
 #: order. Written out, not taken from PAPER_IDS: the code, the config and the data must all
 #: agree with it, so a change to any of them that changes the default run fails here.

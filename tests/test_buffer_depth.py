@@ -27,6 +27,9 @@ from latency_divide.links.plan import link_plan, make_linkplan
 from latency_divide.trial import definition
 from latency_divide.trial.sweep import alone_args, spec_from_config, trial_ids
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 Q500 = "queue-500ms"
 DEPTHS = (100, 200, 500, 1000)
 ALLOWED = ("allowed: qfactor, mba-2014, queue-<N>ms with N in 1..5000, "

@@ -7,6 +7,9 @@ import pytest
 
 from conftest import VENV_BIN
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 CLI = str(VENV_BIN / "latency-divide")
 
 

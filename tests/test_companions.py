@@ -11,6 +11,10 @@ from latency_divide.config import load_config
 from latency_divide.trial.sweep import trial_ids
 
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
+
 def _write(tmp, name, **changes):
     raw = yaml.safe_load((ROOT / "config/test.yaml").read_text())
     raw.pop("companions", None)

@@ -10,6 +10,9 @@ import pytest
 from conftest import ROOT, VENV_BIN
 from latency_divide.parsers.qlog import QlogError, copa_estimate, read_qlog, rtt_samples
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 CLI = str(VENV_BIN / "latency-divide")
 QLOGS = ROOT / "tests" / "data" / "qlog"
 

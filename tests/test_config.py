@@ -13,6 +13,9 @@ from latency_divide.data.buckets import PAPER_IDS
 from latency_divide.config import load_config
 from latency_divide.errors import ConfigError
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 
 @pytest.fixture(scope="module")
 def base() -> dict:

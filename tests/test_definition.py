@@ -16,6 +16,9 @@ from latency_divide.ops.migrate import migrate
 from latency_divide.trial import definition
 from latency_divide.trial.sweep import trial_ids
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 FIXTURES = ROOT / "tests" / "data" / "trials"
 # the ids of the published reference run (dvc.lock): they must never change by accident,
 # or a fresh clone would re-measure all 304 trials

@@ -31,6 +31,9 @@ from latency_divide.config import load_config
 from latency_divide.data.households import get_household
 from latency_divide.trial import definition
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 HH = list(range(1, 11))  # synthetic households: 10, so p90 is the 9th value, p10 the 1st
 RESAMPLES = 1000
 

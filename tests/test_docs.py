@@ -26,6 +26,9 @@ import pytest
 
 from conftest import ROOT
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 MAX_LINES = 400
 #: A wall-clock duration: a number and a unit, and the parts that follow it in the same
 #: duration ("17 min 21 s", "1 h 39 min") count as one.

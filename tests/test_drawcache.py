@@ -19,6 +19,9 @@ from latency_divide.config import load_config
 from latency_divide.links import drawcache, population
 from latency_divide.links.population import population_draw
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):

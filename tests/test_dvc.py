@@ -23,6 +23,9 @@ from latency_divide.ops.verify import trial_files, verify
 
 from conftest import ROOT, VENV_BIN
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 DVC = str(VENV_BIN / "dvc")
 FIXTURES = ROOT / "tests" / "data" / "trials"
 # The fixture trials used: both households of price bucket 0-30, uplink, cubic and copa-0.5.

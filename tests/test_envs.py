@@ -2,9 +2,13 @@
 
 import re
 
+import pytest
 import yaml
 
 from conftest import ROOT
+
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
 
 
 def lock_versions() -> dict[str, str]:

@@ -7,6 +7,9 @@ import pytest
 
 from latency_divide.trial.health import beyond_every, beyond_fidelity
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 
 def _row(nt: float, sd: float) -> dict:
     return {"norm_tput": nt, "self_delay_mean_ms": sd}

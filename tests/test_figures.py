@@ -13,6 +13,9 @@ from latency_divide.analysis.provenance import verify
 from latency_divide.analysis.tables import build_tables, summary
 from latency_divide.analysis import figures
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 TRIALS = TEST_DATA / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 

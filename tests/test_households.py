@@ -20,6 +20,9 @@ from latency_divide.data.households import (
 )
 from latency_divide.data.source import kbit_from_bytes_per_s, load_rows, valid_ids
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 
 def test_household_11406_in_our_units():
     # CSV row 180: unit_id 11406, CABLE, Time Warner Cable, HI, 2015, advertised 3/1 Mbit/s,

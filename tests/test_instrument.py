@@ -8,6 +8,9 @@ import pytest
 
 from latency_divide.trial import instrument
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 # The delay line 0.2's lines, as a 20 s trial of 27337's downlink logged them.
 V2_LOG = """\
 delayline ready a=ld-dg b=ld-dc delay_ab_ms=8.6315 delay_ba_ms=8.6315 limit=50000 spin_us=0 \

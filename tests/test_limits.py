@@ -13,6 +13,9 @@ from latency_divide import limits
 from latency_divide.errors import ConfigError
 from latency_divide.config import load_config
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 CLI = str(VENV_BIN / "latency-divide")
 
 

@@ -36,6 +36,9 @@ from latency_divide.analysis.population import (
     write_percentiles,
 )
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 HH = list(range(1, 11))
 LIVE_COLS = ("transport_rtt_mean_ms", "goodput_fb_kbps", "app_rtt_mean_ms",
              "app_rtt_inband_mean_ms", "rtx_overhead")

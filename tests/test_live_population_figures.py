@@ -51,6 +51,9 @@ from latency_divide.analysis.population_figures import (
 from latency_divide.analysis.schemas import SCHEMAS
 from latency_divide.analysis.tables import write_table
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 HH = range(1, 11)
 BASE = {"transport_rtt_mean_ms": 40.0, "rtt_mean_ms": 50.0, "goodput_kbps": 900.0,
         "goodput_fb_kbps": 1000.0, "app_rtt_mean_ms": 30.0, "app_rtt_inband_mean_ms": 90.0,

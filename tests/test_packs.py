@@ -13,6 +13,9 @@ from latency_divide.trial import packbuild, packs, rawio
 from conftest import ROOT
 from test_rawio import _as_format4
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 DEF = ROOT / "tests" / "data" / "trials" / "def-062df6263f"
 SOURCES = [DEF / "13570" / "uplink" / "cubic" / "rep1", DEF / "799254" / "uplink" / "cubic" / "rep1",
            DEF / "9254" / "downlink" / "cubic" / "rep1"]

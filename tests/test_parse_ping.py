@@ -8,6 +8,9 @@ from conftest import TEST_DATA
 
 from latency_divide.parsers.ping import parse_ping
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 DATA = TEST_DATA / "ping"
 
 

@@ -9,6 +9,9 @@ from conftest import TEST_DATA
 
 from latency_divide.parsers.queue import QueueParseError, drops_per_interval, parse_queue
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 DATA = TEST_DATA / "queue"
 
 

@@ -30,6 +30,9 @@ from latency_divide.parsers.tool import (
 )
 from latency_divide.testbed.runners import LocalRunner, wait_for
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 DATA = TEST_DATA / "tool"
 TOOL = ROOT / "target" / "release" / "tquic-perf"
 

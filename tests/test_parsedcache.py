@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import pyarrow.parquet as pq
 
 from latency_divide.analysis import packing, parsedcache, tables
@@ -14,6 +15,9 @@ from latency_divide.trial import packbuild, packs
 
 from conftest import ROOT
 from test_packs import _loose
+
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
 
 TABLES = ("trials", "ping", "queue", "throughput", "exclusions")
 

@@ -17,6 +17,9 @@ from latency_divide.analysis.population_figures import (
     percentiles_plot,
 )
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 METRICS = ("transport_rtt_mean_ms", "rtt_mean_ms", "goodput_kbps")
 # our variant: factor on the RTTs (goodput divided by it) against Cubic's
 FACTORS = {"cubic": 1.0, "copa-0.04": 0.8, "copa-0.5": 0.6, "bbr": 0.9}

@@ -24,6 +24,9 @@ from latency_divide.analysis.population import (
     write_percentiles,
 )
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 TOOL = "tquic-perf"
 DEFS = {"cubic": "def-cubic", "copa-0.04": "def-copa"}
 

@@ -31,6 +31,9 @@ from latency_divide.errors import ConfigError
 from latency_divide.links.plan import make_linkplan
 from latency_divide.trial.sweep import trial_ids
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 #: The four price buckets with neither ids nor sample (the population form).
 BUCKETS = tuple(Bucket(b.name, b.min_usd, b.max_usd) for b in DEFAULT_BUCKETS)
 

@@ -13,6 +13,9 @@ from latency_divide.config import config_hash
 from latency_divide.fsio import sha256_file
 from latency_divide.cli import main as cli_main
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 TRIALS = TEST_DATA / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 

@@ -18,6 +18,9 @@ from latency_divide.trial.layout import SETUP_KEYS
 
 from conftest import ROOT
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 TRIALS = ROOT / "tests" / "data" / "trials"
 SOURCE = TRIALS / "def-062df6263f" / "13570" / "uplink" / "cubic" / "rep1"
 

@@ -34,7 +34,8 @@ from latency_divide.trial.sweep import trial_ids
 from test_dvc import _env as dvc_env
 from test_dvc import job_counts, run
 
-pytestmark = pytest.mark.slow
+# slow; measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 DVC = str(VENV_BIN / "dvc")
 SNAKEMAKE = str(VENV_BIN / "snakemake")

@@ -16,6 +16,9 @@ from latency_divide.trial import rawio
 
 from conftest import ROOT, VENV_BIN
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 TRIALS = ROOT / "tests" / "data" / "trials"
 DEF = TRIALS / "def-062df6263f"
 SOURCE = DEF / "13570" / "uplink" / "cubic" / "rep1"

@@ -25,6 +25,9 @@ from latency_divide.analysis.schemas import KEYS, SCHEMAS, SCHEMA_VERSION, TRIAL
 from latency_divide.analysis.tables import NoValidTrials, build_tables, collect, read_table, summary
 from latency_divide.cli import main as cli_main
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 TRIALS = TEST_DATA / "trials"
 DIRS = sorted(p.parent for p in TRIALS.glob("def-*/*/*/*/rep*/meta.json"))
 

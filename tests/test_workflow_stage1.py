@@ -13,6 +13,9 @@ from latency_divide.data.buckets import PAPER_IDS
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import make_linkplan
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 SNAKEMAKE = str(VENV_BIN / "snakemake")
 
 
