@@ -37,6 +37,7 @@ def _index_rows() -> dict[str, str]:
             for m in [re.match(r"\| `(bench_[a-z0-9_]+\.py)` \|", line)] if m}
 
 
+@pytest.mark.shared  # measures nothing and times nothing (tests/conftest.py)
 def test_the_index_lists_every_bench_on_disk_and_no_other():
     rows = _index_rows()
     assert not set(BENCHES) - set(rows), f"not in bench/README.md: {set(BENCHES) - set(rows)}"
@@ -50,6 +51,7 @@ def test_the_index_lists_every_bench_on_disk_and_no_other():
         assert b not in BENCHES, f"{b} is listed as removed but is in bench/"
 
 
+@pytest.mark.shared  # measures nothing and times nothing (tests/conftest.py)
 @pytest.mark.parametrize("bench", [_checked(b) for b in BENCHES])
 def test_each_bench_parses_its_arguments(bench):
     res = subprocess.run([str(VENV_BIN / "python"), str(BENCH / bench), "--help"], cwd=ROOT,

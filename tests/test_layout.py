@@ -23,6 +23,9 @@ import pytest
 
 from conftest import ROOT
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 PACKAGE = "latency_divide"
 SRC = ROOT / "src" / PACKAGE
 #: The core: what every stage may use.

@@ -158,6 +158,7 @@ def test_population_live_configs(name):
     assert math.isclose(cfg.tool_for(cfg.variants[0]).window_bytes, 4194304)
 
 
+@pytest.mark.shared  # measures nothing and times nothing (tests/conftest.py)
 def test_a_live_population_run_in_three_parts_measures_each_broadcast_once(tmp_path):
     """docs/parallel.md's command for a sweep longer than a session, `snakemake --cores 1 trials
     --batch trials=1/3 --configfile config/live.yaml`, dry-run in a scratch copy of the workflow

@@ -29,6 +29,9 @@ from latency_divide.links.subset import Subset, add_to_composition, proportional
 from latency_divide.trial import definition
 from latency_divide.trial.sweep import trial_ids
 
+# measures nothing and times nothing: runs beside another test (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 LIVE = ROOT / "config" / "live.yaml"
 POLICED = ROOT / "config" / "live-policed.yaml"
 #: config/live.yaml's draw per bucket (test_population_sample.POPULATION_PER_BUCKET) and the

@@ -56,6 +56,7 @@ def target_after_configfile(cmd: str) -> str | None:
     return None
 
 
+@pytest.mark.shared  # measures nothing and times nothing (tests/conftest.py)
 def test_the_checker_finds_a_target_after_configfile():
     """The check below can fail: the README's former `make quick` and its prose form."""
     bad = ("quick: setup\n\t$(SNAKEMAKE) --cores $(CORES) --configfile config/quick.yaml all\n"
@@ -68,6 +69,7 @@ def test_the_checker_finds_a_target_after_configfile():
     assert len(cmds) == 3 and not any(target_after_configfile(c) for c in cmds), cmds
 
 
+@pytest.mark.shared  # measures nothing and times nothing (tests/conftest.py)
 def test_no_documented_snakemake_command_puts_a_target_after_configfile():
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]
     found, bad = 0, []
@@ -93,6 +95,7 @@ def _recipe(target: str) -> list[str]:
     return shlex.split(lines[0])
 
 
+@pytest.mark.shared  # measures nothing and times nothing (tests/conftest.py)
 @pytest.mark.parametrize("target, trials", [("quick", 8), ("all", None)])
 def test_make_quick_and_make_all_build_their_dag(target, trials, tmp_path):
     """Their recipes as make prints them, with --dry-run: the DAG builds (no word read as a
