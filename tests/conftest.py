@@ -18,10 +18,11 @@ tier), ``make test-all`` everything. The split is enforced here: a test without 
 marker whose set-up and call took over :data:`QUICK_LIMIT_S` fails, saying so (``pytest -o
 quick_limit_s=N`` changes the limit, e.g. on a loaded machine).
 
-The ``shared`` marker names the modules that measure nothing and time nothing (parsing,
-tables, figures, configs, docs, the re-analysis of published data): they may run beside
-another test. scripts/test.sh runs the tests in two phases: ``--phase shared`` in two processes
-(pytest-xdist, a module to a process), then ``--phase alone`` in one, where every other test
+The ``shared`` marker names the tests (a module's ``pytestmark`` or one test's decorator)
+that measure nothing and time nothing (parsing, tables, figures, configs, docs, dry runs, the
+re-analysis of published data): they may run beside another test. scripts/test.sh runs the
+tests in two phases: ``--phase shared`` in two processes (pytest-xdist, a module to a process
+at a time, the slow ones first), then ``--phase alone`` in one, where every other test
 (a real trial, the host check, the Slurm cluster, the SSH testbed, anything that reads the
 host's clock or load) has the host to itself. A test marked ``shared`` and ``netns`` is an
 error: a namespace test changes the host.

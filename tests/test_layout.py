@@ -433,3 +433,56 @@ def test_a_test_over_the_quick_limit_without_the_slow_marker_fails(pytester):
     # the quick tier as make test selects it: the slow test is not run at all
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "not slow")
     res.assert_outcomes(passed=1, failed=2, deselected=1)
+
+
+_PHASED = '''
+import pytest
+
+pytestmark = pytest.mark.shared
+
+
+def test_parses():
+    pass
+
+
+@pytest.mark.slow
+def test_reanalyses():
+    pass
+'''
+
+_ALONE = '''
+import pytest
+
+
+def test_measures():
+    pass
+
+
+@pytest.mark.shared
+def test_dry_run():
+    pass
+'''
+
+
+def test_the_two_phases_select_by_the_shared_marker_and_refuse_it_on_a_netns_test(pytester):
+    """scripts/test.sh's phases (tests/conftest.py): --phase shared runs the tests marked
+    shared (a module's or one test's mark; the slow ones first), --phase alone every other
+    one, a test without the mark runs alone; a test marked shared and netns is an error."""
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(test_phased=_PHASED, test_alone=_ALONE)
+    pytester.makeini("[pytest]\nmarkers =\n    netns: gated\n    slow: long\n    shared: beside\n")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "shared", "-v")
+    res.assert_outcomes(passed=3, deselected=1)
+    res.stdout.fnmatch_lines(["*test_phased.py::test_reanalyses PASSED*",
+                              "*test_alone.py::test_dry_run PASSED*",
+                              "*test_phased.py::test_parses PASSED*"])
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "alone", "-v")
+    res.assert_outcomes(passed=1, deselected=3)
+    res.stdout.fnmatch_lines(["*test_alone.py::test_measures PASSED*"])
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    res.assert_outcomes(passed=4)
+    pytester.makepyfile(test_both="import pytest\n\n\n@pytest.mark.shared\n"
+                                  "@pytest.mark.netns\ndef test_both():\n    pass\n")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "shared")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*marked both shared and netns*test_both.py::test_both*"])

@@ -74,8 +74,8 @@ class Companion:
     def digest(self) -> str:
         """sha256 of its trials' meta.json paths, one a line: what a tables job's params hold
         in place of the list. Snakemake keeps a job's params in the record of every output it
-        writes (.snakemake/metadata): the lists of all companions, kept beside each of their
-        140 tables, were 120 MB and 13 s of every re-analysis (bench/bench_reanalysis.py)."""
+        writes (.snakemake/metadata): the lists of all companions, kept beside each of the
+        job's 133 outputs, were 120 MB of records (CHANGELOG.md, 2026-12-07 (late morning))."""
         import hashlib
         return hashlib.sha256("\n".join(self.metas()).encode()).hexdigest()
 
