@@ -76,8 +76,7 @@ class Companion:
         in place of the list. Snakemake keeps a job's params in the record of every output it
         writes (.snakemake/metadata): the lists of all companions, kept beside each of the
         job's 133 outputs, were 120 MB of records (CHANGELOG.md, 2026-12-07 (late morning))."""
-        import hashlib
-        return hashlib.sha256("\n".join(self.metas()).encode()).hexdigest()
+        return _digest(self.metas())
 
 
 def companion_metas(configfile: str, digest: str, base: Path = Path(".")) -> list[str]:
@@ -85,11 +84,17 @@ def companion_metas(configfile: str, digest: str, base: Path = Path(".")) -> lis
     tables job; ``digest`` (:meth:`Companion.digest`, from the DAG) must match, or the config
     changed after Snakemake planned the job: ConfigError, nothing written."""
     [c] = load_companions([configfile], base)
-    if c.digest() != digest:
+    metas = c.metas()
+    if _digest(metas) != digest:
         raise ConfigError(f"companion {c.name} ({configfile}): its trials are not those "
                           "Snakemake planned the job with (the config changed since): run "
                           "snakemake again")
-    return c.metas()
+    return metas
+
+
+def _digest(metas: list[str]) -> str:
+    import hashlib
+    return hashlib.sha256("\n".join(metas).encode()).hexdigest()
 
 
 def load_companions(paths, base: Path = Path("."), data=None) -> list[Companion]:
