@@ -44,6 +44,7 @@ if COMPANIONS_PRESENT:
             "../envs/analysis.yaml"
         log:
             "logs/companions/analysis_tables.log",
+        localrule: True
         script:
             "../workflow/scripts/companion_tables.py"
 
@@ -69,5 +70,6 @@ if CFG.population is not None:
             "../envs/analysis.yaml"
         log:
             "logs/percentiles/percentiles.log",
+        localrule: True
         script:
             "../workflow/scripts/percentiles.py"

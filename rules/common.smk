@@ -1,6 +1,8 @@
 # Shared helpers: the loaded config, wildcard constraints, target functions.
 import sys
 
+from snakemake_interface_executor_plugins.settings import ExecMode
+
 from latency_divide.analysis.companions import load_companions, table_files
 from latency_divide.config import load_config
 from latency_divide.trial.layout import ID_PATTERN
@@ -63,10 +65,17 @@ def trial_host_load(wildcards):
                                app=app_mbit(tool.args))
 
 
+# A job process (a Slurm job, and the job step Snakemake starts inside it: its remote and
+# subprocess modes) runs the one trial job it was given and nothing else: it skips what only
+# the tables, figures and `trials` target read, the packs' indexes and the companions (each
+# such start-up paid 1-3 s of CPU for them, twice per Slurm trial). Every rule but `trial` is a
+# localrule (Snakefile), run by the Snakemake that submitted the jobs (tests/test_workflow_jobs.py).
+JOB_PROCESS = workflow.exec_mode != ExecMode.DEFAULT
+
 TRIAL_METAS = [str(trial_meta_path("results/raw", *t)) for t in TRIALS]
 # (meta.json of each trial not in a pack, the pack files the others are read from): a packed
 # trial (latency_divide.trial.packs: published, in its definition's packs) is complete
-LOOSE_METAS, PACK_FILES = split_packed(TRIAL_METAS)
+LOOSE_METAS, PACK_FILES = split_packed(TRIAL_METAS) if not JOB_PROCESS else ([], [])
 
 
 def trial_targets():
@@ -144,7 +153,7 @@ def companion_targets():
 # into results/companions/<name>/ when all their trials are on disk (after `dvc pull`); never
 # measured by this run. rules/analysis.smk and rules/figures.smk define one tables job and one
 # figures job for all companions present.
-COMPANIONS = load_companions(CFG.companions)
+COMPANIONS = load_companions(CFG.companions) if not JOB_PROCESS else []
 COMPANIONS_PRESENT = []
 for _c in COMPANIONS:
     _missing = _c.missing()

@@ -54,6 +54,7 @@ if COMPANIONS_PRESENT:
             "../envs/analysis.yaml"
         log:
             "logs/companions/figures.log",
+        localrule: True
         script:
             "../workflow/scripts/companion_figures.py"
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from latency_divide.trial.meta import process_started_unix
 
 # what run_trial.py's job imports, before and during the trial
@@ -94,3 +96,67 @@ def test_sweep_timing_accounts_for_every_second(tmp_path):
     assert abs(s["at_once_s"][1] - (4.0 + 62.2)) < 0.01
     assert abs(s["unused_slot_s"] - (2 * 140.4 - (68.2 + 78.2 + 68.2))) < 0.01
     assert "3 trials, N = 2" in format_report(s)
+
+
+# ------------------------------------------------------------------------------------------
+# A job process: what Snakemake parses in each cluster job (rules/common.smk, JOB_PROCESS)
+
+def _rule_blocks(text: str) -> dict[str, str]:
+    """Each `rule NAME:` of a Snakefile's text, with its text up to the next rule."""
+    import re
+
+    marks = list(re.finditer(r"^[ \t]*rule (\w+):", text, re.M))
+    return {m.group(1): text[m.end():(marks[i + 1].start() if i + 1 < len(marks) else None)]
+            for i, m in enumerate(marks)}
+
+
+@pytest.mark.shared
+def test_only_trials_are_cluster_jobs():
+    """Under a cluster executor every rule but `trial` runs on the submitting host: a job
+    process skips the packs and the companions, which only those rules read. Each is in the
+    Snakefile's `localrules` or says `localrule: True`, defined under a condition or not."""
+    import re
+
+    from conftest import ROOT
+
+    snakefile = (ROOT / "Snakefile").read_text()
+    listed = set(re.findall(r"^    (\w+),$", snakefile.split("\nlocalrules:\n", 1)[1], re.M))
+    blocks = {}
+    for f in [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]:
+        blocks.update(_rule_blocks(f.read_text()))
+    assert {"trial", "trials", "companion_tables", "percentiles", "figures"} <= set(blocks)
+    cluster = sorted(r for r, body in blocks.items()
+                     if r not in listed and "localrule: True" not in body)
+    assert cluster == ["trial"], f"rules that a cluster executor would submit: {cluster}"
+
+
+@pytest.mark.shared
+def test_a_job_process_reads_no_pack_and_no_companion(tmp_path):
+    """The Snakemake of a job (`--mode subprocess`, as Slurm's job step starts it; `remote` in
+    the job itself) parses the workflow without the packs' indexes or the companions: a pack
+    index that cannot be read stops a run's parse, naming it, and not a job's."""
+    import os
+
+    from conftest import VENV_BIN
+    from netns_util import copy_workflow
+
+    from latency_divide.config import load_config
+    from latency_divide.trial.sweep import trial_ids
+
+    wf = copy_workflow(tmp_path / "wf")
+    def_id = trial_ids(load_config(str(wf / "config" / "test.yaml")))[0][0]
+    bad = wf / "results" / "raw" / def_id / "packs" / "pack-0001.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("not an index")
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    smk, cfg = str(VENV_BIN / "snakemake"), str(wf / "config" / "test.yaml")  # absolute: a
+    # job process resolves a relative one elsewhere
+    run = subprocess.run([smk, "trials", "-n", "--cores", "1", "--configfile", cfg], cwd=wf,
+                         env=env, capture_output=True, text=True, timeout=120)
+    said = run.stdout + run.stderr
+    assert run.returncode != 0 and "pack-0001.json: not a readable index" in said, said[-2000:]
+    job = subprocess.run([smk, "-n", "--cores", "1", "--mode", "subprocess", "--target-jobs",
+                          "households:", "--configfile", cfg], cwd=wf, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stderr[-2000:]
+    assert "pack-0001" not in job.stderr + job.stdout
