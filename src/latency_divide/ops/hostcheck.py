@@ -39,6 +39,7 @@ from pathlib import Path
 from latency_divide.errors import ConfigError, EnvironmentError_, LatencyDivideError
 from latency_divide.fsio import write_json_atomic
 from latency_divide.ops import hostfit
+from latency_divide.ops.admission import factor_source
 from latency_divide.paths import built_tool
 from latency_divide.testbed import hostrecord as hr
 
@@ -204,7 +205,8 @@ def report(a: hostfit.Assessment, path: Path, rec: dict, measured: bool,
         f"({'measured now' if measured else 'measured ' + rec['measured_at'] + ', reused'})",
         f"  timer wake-up {rec['wake_cpu_us']:.1f} µs of CPU (fitted host "
         f"{rec['reference']['wake_cpu_us']:.2f}, {rec['reference']['source']}): cost factor "
-        f"{a.factor:.2f} ({a.factor_source})",
+        f"{a.factor:.2f}" + (f", real-time {a.rt_factor:.2f}" if a.rt_factor not in
+                             (None, a.factor) else "") + f" ({a.factor_source})",
         "  wake-up lateness p99 by gap (worst CPU): " + ", ".join(
             f"{g:g} µs: {v:.0f} µs" for g, v in sorted(late.items())) +
         f"; steal {float(rec.get('steal_pct') or 0):.2f} %",
@@ -234,8 +236,9 @@ def check(cfg, force: bool = False, seconds: float = PROBE_DEFAULT_S, records: P
           budget: int | None = None, log=None) -> tuple[hostfit.Assessment, list[str], dict, Path]:
     """The whole check: the record (measured or reused), its assessment of ``cfg``, the lines."""
     path, rec, measured = host_record(force, seconds, records, log=log)
-    factor, source = hr.host_factor(records)
-    a = hostfit.assess(cfg, rec, factor, source, budget, rec.get("cores"))
+    factor, source = factor_source("mean", records)
+    rt_factor = factor_source("rt", records)[0]
+    a = hostfit.assess(cfg, rec, factor, source, budget, rec.get("cores"), rt_factor)
     return a, report(a, path, rec, measured, len(a.trials)), rec, path
 
 

@@ -108,6 +108,7 @@ class Assessment:
     cpu_floor_s: float
     trials: list[TrialCost] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
+    rt_factor: float | None = None  # the real-time parts' factor, where not ``factor``
 
     @property
     def refused(self) -> bool:
@@ -168,8 +169,12 @@ def expected_wall_s(costs: list[TrialCost], budget: int, trial_s: float) -> floa
 
 
 def assess(cfg, record: dict | None, factor: float, factor_source: str,
-           budget: int | None = None, cpu_count: int | None = None) -> Assessment:
-    """The run of ``cfg`` on the host of ``record`` (None: no measurement, factor only)."""
+           budget: int | None = None, cpu_count: int | None = None,
+           rt_factor: float | None = None) -> Assessment:
+    """The run of ``cfg`` on the host of ``record`` (None: no measurement, factor only);
+    ``factor`` scales a trial's whole CPU, ``rt_factor`` (None: ``factor``) its real-time parts
+    (ops.admission.factor_source: learned from this boot's trials, or the wake-up factor)."""
+    rt_factor = factor if rt_factor is None else rt_factor
     from latency_divide.data.households import get_household
     from latency_divide.trial.sweep import nominal_trial_s, spec_from_config, trial_ids
 
@@ -189,9 +194,9 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
         rate = plan.shaper(direction).rate_kbit
         w, tool = spec.tool.window_bytes, spec.tool.name
         app = admission.app_mbit(spec.tool.args)
-        rt = admission.spec_rt_cores(spec, kind, factor=factor)
+        rt = admission.spec_rt_cores(spec, kind, factor=rt_factor)
         load = admission.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor,
-                                         app=app)
+                                         app=app, rt_factor=rt_factor)
         cpu = factor * admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s,
                                              app=app) * (busy_s + admission.TRIAL_OVERHEAD_S)
         pkt = packet_time_us(rate)
@@ -203,8 +208,8 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
         why = []
         if c.rt_cores > capacity:
             why.append(f"needs {c.rt_cores:.2f} real-time cores (variant {c.trial[3]}; the model's"
-                       f" {c.rt_cores / factor:.2f} x cost factor {factor:.2f}) > this host's "
-                       f"capacity {capacity:.2f}")
+                       f" {c.rt_cores / rt_factor:.2f} x cost factor {rt_factor:.2f}) > this "
+                       f"host's capacity {capacity:.2f}")
         limit = late_limit_us(c.rate_kbit, c.rtt_ms)
         if record and c.late_p99_us > limit and kind == "local":
             why.append(f"wake-up lateness p99 {c.late_p99_us:.0f} µs (at the "
@@ -215,9 +220,9 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
             merged[key] = (c.rt_cores, Refusal(c.trial[1], c.trial[2], c.rate_kbit,
                                                "; ".join(why)))
     v0 = cfg.variants[0]
-    fastest, fwhy = fastest_alone(record, factor, capacity, cfg.tool_for(v0).name,
+    fastest, fwhy = fastest_alone(record, rt_factor, capacity, cfg.tool_for(v0).name,
                                   v0.cc, v0.delta) if record else (float("nan"), "no record")
-    by_rt = fastest_alone(record, factor, capacity, cfg.tool_for(v0).name, v0.cc, v0.delta,
+    by_rt = fastest_alone(record, rt_factor, capacity, cfg.tool_for(v0).name, v0.cc, v0.delta,
                           lateness=False)[0] if record else float("nan")
     usable = budget / 1000.0 * n
     floor = sum(c.cpu_s for c in costs) / usable if costs else 0.0
@@ -225,4 +230,4 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
     median_load = statistics.median(c.host_load for c in costs) if costs else 1
     return Assessment(factor, factor_source, capacity, fastest, fwhy, by_rt, budget,
                       max(1, min(len(costs), int(budget // median_load))), wall, floor, costs,
-                      [r for _, r in merged.values()])
+                      [r for _, r in merged.values()], rt_factor)

@@ -152,12 +152,14 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
              f"those alone at the end), {len(failed)} kept with a failed verdict and left out "
              "of the tables"]
     if host is None:
+        from latency_divide.testbed.hostlearn import summary
         from latency_divide.testbed.hostrecord import meta_ref
 
-        host = meta_ref()  # this boot's record of this host, as the trials' setup.json name it
+        # this boot's record of this host, as the trials' setup.json name it, and its trial log
+        host = {**meta_ref(), "learned": summary()}
     lines.append("[latency-divide] host: " + (
         f"{host['path']} (cost factor {host.get('cost_factor', '?')})" if host.get("path")
-        else f"no host record (docs/host.md): {host.get('why', '?')}"))
+        else f"no host record (docs/host.md): {host.get('why', '?')}") + _learned(host))
     if start is not None:
         wall = (now or time.time()) - start
         floor = cpu / (cpu_count or os.cpu_count() or 1)
@@ -170,6 +172,19 @@ def health_report(metas: list[str | Path], start_file: Path | None = None,
         if busy:
             lines.append(busy)
     return lines + failed
+
+
+def _learned(host: dict) -> str:
+    """What the admission learned from this boot's trials (testbed.hostlearn), for the summary."""
+    got = host.get("learned")
+    if not got:
+        return ""
+    if got.get("mean") is not None:
+        return (f"; the admission's factors, learned from this boot's {got['trials']} trials "
+                f"({got['log']}): whole trial {got['mean']:.2f}, real-time parts {got['rt']:.2f}")
+    return (f"; {got['trials']} trials in this boot's trial log ({got['log']}): the admission "
+            f"learns from {got['min_trials']}" + ("" if got.get("enabled", True) else
+                                                  ", learning off"))
 
 
 def _read_json(path: Path) -> dict:

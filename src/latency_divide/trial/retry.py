@@ -24,6 +24,7 @@ from pathlib import Path
 
 from latency_divide.errors import (CommandError, EnvironmentError_, LatencyDivideError,
                                    TrialError, UnhealthyTrial)
+from latency_divide.ops.admission import learn_from
 from latency_divide.testbed import loadgate
 from latency_divide.testbed.schedwatch import psi_avg10
 from latency_divide.trial.layout import META
@@ -83,7 +84,14 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
             last = e
             log(f"[latency-divide] trial {spec.trial_id} attempt {attempt} failed: {e}")
             continue
-        h = json.loads((d / META).read_text()).get("health", {})
+        meta = json.loads((d / META).read_text())
+        h = meta.get("health", {})
+        if gated and h.get("verdict") == "pass":
+            try:  # what it cost here, for the admission of the trials after it
+                learn_from(spec, meta)
+            except OSError as e:
+                log(f"[latency-divide] WARNING: trial {spec.trial_id}: its cost not added to "
+                    f"this boot's trial log ({e}): the admission keeps its factor")
         if h.get("verdict") == "fail":
             log(f"[latency-divide] WARNING: trial {spec.trial_id} kept after {attempt} attempts "
                 f"{'(the last alone) ' if alone else ''}with a failed health verdict "
