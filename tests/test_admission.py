@@ -223,6 +223,42 @@ def test_the_scheduler_keeps_one_reevaluation_timer(tmp_path):
     assert rounds["snakemake"] >= 2 * rounds["patched"], (rounds, wall)
 
 
+def test_waiting_trials_are_asked_for_their_resources_again(tmp_path):
+    """Snakemake computes a job's resources when it first schedules it; the Snakefile's patch
+    (snakemake_executor_plugin_ldlocal.fresh_resources) asks the waiting jobs of rule `trial`
+    again, so a cost learned during the run (here: a file the first job writes) admits more of
+    them at once. Six 1.5 s jobs under a budget of 400: each asks 400 until the first has run,
+    then 100 (a file it wrote says so): with the patch the other five run at once (4 at most:
+    the budget), without it one after the other."""
+    head = _plugin_call("widen_local_executor")
+    fresh = ("from snakemake_executor_plugin_ldlocal import fresh_resources\n"
+             "fresh_resources(every_s=0.0)\n")
+    rules = (
+        "import os, time\n"
+        "def load(wc):\n"
+        "    return 100 if os.path.exists('cheap') else 400\n"
+        "rule all:\n"
+        "    input: expand('o/{i}.txt', i=range(6))\n"
+        "rule trial:\n"
+        "    output: 'o/{i}.txt'\n"
+        "    threads: 0\n"
+        "    resources: host_load=load\n"
+        "    shell: 'echo $(date +%s.%N) > {output}; sleep 1.5; touch cheap; "
+        "echo $(date +%s.%N) >> {output}'\n")
+    most = {}
+    for name, text in (("snakemake", head + rules), ("patched", head + fresh + rules)):
+        (tmp_path / "Snakefile").write_text(text)
+        out = subprocess.run([str(SNAKEMAKE), "--cores", "1", "--resources", "host_load=400",
+                              "--scheduler", "greedy"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        spans = [tuple(map(float, f.read_text().split())) for f in (tmp_path / "o").iterdir()]
+        most[name] = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+        subprocess.run(["rm", "-rf", str(tmp_path / "o"), str(tmp_path / ".snakemake"),
+                        str(tmp_path / "cheap")], check=True)
+    assert most == {"snakemake": 1, "patched": 4}, most
+
+
 def test_a_link_beyond_this_host_runs_alone_once_and_says_why():
     """A link that needs more real-time work than 2 cores hold (420 Mbit/s under the v3 cost
     model that new trials above 250 Mbit/s get; under v1 the population's 236.5 Mbit/s

@@ -27,12 +27,21 @@ sweep, 10 % of the host's busy time, taken from the trials (2026-11-29, py-spy: 
 the greedy job selection). The patch keeps at most one timer pending per scheduler: the
 periodic re-evaluation the rate limiter needs stays, and a job's end still starts a round of
 its own. ``bench/bench_scheduler_cost.py --wide --variant ...`` measures the two.
+
+**Fresh requests** (:func:`fresh_resources`). Snakemake computes a job's resources once, when
+it first schedules it; in a sweep that is every trial at the run's start. A trial's
+``host_load`` is its model cost times this host's cost factor, and the factor is learned from
+the trials this boot has measured (latency_divide.testbed.hostlearn): so the scheduler asks
+the waiting trials for their resources again, at most every :data:`REFRESH_S` seconds, and the
+budget follows what the run's own trials teach. A job's resources stay as they were when it
+was started (Snakemake gives back, at its end, what it took).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 
 from snakemake.executors import local as _local
 
@@ -40,6 +49,9 @@ common_settings = _local.common_settings
 
 #: Pool threads: more than any budget admits trials (an idle thread costs nothing).
 MIN_WORKERS = 256
+#: Seconds between two looks at the waiting trials' resources (each look evaluates every
+#: waiting trial's request: about 0.1 ms each).
+REFRESH_S = 5.0
 
 
 def _widen(executor) -> None:
@@ -96,8 +108,38 @@ def single_reevaluation_timer() -> bool:
     return True
 
 
+def fresh_resources(rules: tuple[str, ...] = ("trial",), every_s: float = REFRESH_S) -> bool:
+    """Make Snakemake's job scheduler (this process) evaluate the resources of the waiting jobs
+    of ``rules`` again before a scheduling round, at most every ``every_s`` seconds. Idempotent;
+    False (and nothing changed) where this Snakemake's scheduler or jobs differ."""
+    from snakemake.jobs import Job
+    from snakemake.scheduling import job_scheduler
+
+    cls = job_scheduler.JobScheduler
+    if getattr(cls, "_latency_divide_fresh", False):
+        return True
+    original = getattr(cls, "job_selector", None)
+    if not callable(original) or not callable(getattr(Job, "_get_scheduler_resources", None)):
+        return False
+
+    def job_selector(self, jobs):
+        now = time.monotonic()
+        if now - getattr(self, "_latency_divide_fresh_at", -every_s) >= every_s:
+            self._latency_divide_fresh_at = now
+            for job in jobs:  # ready, not started: none of their resources is taken yet
+                if isinstance(job, Job) and job.rule.name in rules:
+                    job._resources = None
+                    job._scheduler_resources = None
+        return original(self, jobs)
+
+    cls.job_selector = job_selector
+    cls._latency_divide_fresh = True
+    return True
+
+
 class Executor(_local.Executor):
     def __post_init__(self):
         super().__post_init__()
         _widen(self)
         single_reevaluation_timer()
+        fresh_resources()
