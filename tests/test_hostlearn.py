@@ -150,8 +150,10 @@ def test_what_a_trial_teaches(here):
 @pytest.mark.netns
 def test_a_real_trial_through_the_gate_adds_its_cost_and_the_host_check_says_so(
         here, monkeypatch):
-    """A passing 2 s trial through run_trial_with_retries adds one line of what it used; with
-    eleven before it the admission's factors are learned, and the run's summary names them."""
+    """A passing 2 s trial through run_trial_with_retries (as the workflow's trial job and
+    `latency-divide trial` call it, with ops.admission.learn_from) adds one line of what it
+    used; with eleven before it the admission's factors are learned, and the run's summary
+    names them."""
     from latency_divide.ops.progress import health_report
     from latency_divide.trial.retry import run_trial_with_retries
 
@@ -159,7 +161,8 @@ def test_a_real_trial_through_the_gate_adds_its_cost_and_the_host_check_says_so(
     monkeypatch.delenv(loadgate.ENV, raising=False)
     _log(hostlearn.MIN_TRIALS - 1, 0.5, 0.5)
     d = run_trial_with_retries(_spec(), here / "raw", retries=1, log=print,
-                               expected_rt_cores=0.05, rt_ceiling=1.5)
+                               expected_rt_cores=0.05, rt_ceiling=1.5,
+                               learn=admission.learn_from)
     meta = json.loads((d / "meta.json").read_text())
     assert meta["health"]["verdict"] == "pass", meta["health"]
     last = json.loads(hostlearn.log_path().read_text().splitlines()[-1])
@@ -167,7 +170,8 @@ def test_a_real_trial_through_the_gate_adds_its_cost_and_the_host_check_says_so(
     assert last["used_rt"] == pytest.approx(
         (meta["cpu_s"]["sender"] + meta["cpu_s"]["receiver"] + meta["cpu_s"]["delayline"]) / 2.0,
         abs=1e-4)
-    assert 0 < last["used_mean"] < 2 and last["model_mean"] > 0
+    # (its whole CPU counts this process's own, which here is pytest's since it started)
+    assert last["used_mean"] > 0 and last["model_mean"] > 0
     assert hostlearn.learned("rt")[1] == hostlearn.MIN_TRIALS
     lines = health_report([d / "meta.json"], None)
     assert "the admission's factors, learned from this boot's 12 trials" in lines[1], lines

@@ -154,6 +154,11 @@ def test_make_quick_as_typed_on_a_fresh_clone(tmp_path):
     assert {t["household_id"] for t in trials} == {metas[d]["household"]["unit_id"]
                                                    for d in passing}
     assert {t["health_verdict"] for t in trials} == {"pass"}
+    # each passing trial taught the admission what it cost here (testbed.hostlearn: this
+    # boot's trial log beside the host record), once
+    (log,) = (clone / "results" / "host").glob("*.trials.jsonl")
+    taught = [json.loads(line)["trial"] for line in log.read_text().splitlines()]
+    assert sorted(taught) == sorted(metas[d]["trial_id"] for d in passing), taught
     # every trial carried its link (11750's 20.5 Mbit/s downlink only to the 64 KiB window's
     # window / (2 x RTT), about 0.46 of it: docs/results.md)
     assert all(t["norm_tput"] > 0.4 for t in trials), [(t["trial_path"], t["norm_tput"])

@@ -71,7 +71,7 @@ def _trial(args) -> int:
     from latency_divide.config import (BULK_WINDOW_BYTES, LIVE_WINDOW_BYTES, ToolSettings,
                                        Variant, app_args)
     from latency_divide.data.households import get_household
-    from latency_divide.ops.admission import retries_for, rt_ceiling, spec_rt_cores
+    from latency_divide.ops.admission import learn_from, retries_for, rt_ceiling, spec_rt_cores
     from latency_divide.testbed.runners import interrupt_on_sigterm
     from latency_divide.trial.retry import run_trial_with_retries
     from latency_divide.trial.spec import TrialSpec
@@ -116,7 +116,7 @@ def _trial(args) -> int:
         retries = retries_for(spec, args.retries, testbed.kind, log=say)
         d = run_trial_with_retries(spec, args.out, retries=retries, log=say, testbed=testbed,
                                    expected_rt_cores=spec_rt_cores(spec, testbed.kind),
-                                   rt_ceiling=rt_ceiling(testbed.kind))
+                                   rt_ceiling=rt_ceiling(testbed.kind), learn=learn_from)
     print(d)
     return 0
 

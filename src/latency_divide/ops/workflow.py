@@ -70,7 +70,7 @@ def plan_trial(config: dict, wildcards, meta: Path) -> tuple:
 
 
 def _trial_job(smk, log) -> None:
-    from latency_divide.ops.admission import retries_for, rt_ceiling, spec_rt_cores
+    from latency_divide.ops.admission import learn_from, retries_for, rt_ceiling, spec_rt_cores
     from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
     from latency_divide.trial.layout import META
@@ -94,7 +94,8 @@ def _trial_job(smk, log) -> None:
             d = run_trial_with_retries(spec, raw_root, retries=retries, log=say,
                                        testbed=testbed,
                                        expected_rt_cores=spec_rt_cores(spec, cfg.testbed.kind),
-                                       rt_ceiling=rt_ceiling(cfg.testbed.kind))
+                                       rt_ceiling=rt_ceiling(cfg.testbed.kind),
+                                       learn=learn_from)
     except BaseException:
         final = meta.parent
         if final.is_dir() and not any(final.iterdir()):

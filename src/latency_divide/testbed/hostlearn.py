@@ -20,9 +20,10 @@ the median ratio of the last :data:`WINDOW` over :data:`REFERENCE`, clamped as t
 factor is. The admission takes it in place of the wake-up factor:
 
 - each trial job's real-time cores for the load gate (testbed.loadgate) are computed when the
-  job starts, so the gate learns within the run;
-- Snakemake fixes every job's ``host_load`` when it first schedules it, at the run's start:
-  the budget learns from the runs before it in the same boot.
+  job starts;
+- each trial's ``host_load`` (the budget's unit) is computed when Snakemake schedules it, and
+  the Snakefile has the scheduler ask the waiting trials again every few seconds
+  (snakemake_executor_plugin_ldlocal.fresh_resources): both learn within the run.
 
 A factor set by hand (``LATENCY_DIVIDE_HOST_FACTOR``) still wins; ``LATENCY_DIVIDE_HOST_LEARN=off``
 keeps the wake-up factor. Trials whose application limits them (a live broadcast) and trials on

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from latency_divide.errors import (CommandError, EnvironmentError_, LatencyDivideError,
                                    TrialError, UnhealthyTrial)
-from latency_divide.ops.admission import learn_from
 from latency_divide.testbed import loadgate
 from latency_divide.testbed.schedwatch import psi_avg10
 from latency_divide.trial.layout import META
@@ -34,14 +33,15 @@ from latency_divide.trial.spec import TrialSpec
 
 def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
                            log=print, testbed=None, expected_rt_cores: float | None = None,
-                           rt_ceiling: float | None = None) -> Path:
+                           rt_ceiling: float | None = None, learn=None) -> Path:
     """Measure ``spec`` until its verdict passes: at most ``retries`` + 1 attempts beside other
     trials and, where the last of them failed its verdict, one more: alone if an attempt broke
     a bound that neighbours break, else beside the others (module docstring); never leave a
     partial trial directory behind. ``rt_ceiling``: the host's real-time capacity in cores
     (ops.admission.rt_ceiling), which puts a local trial through the load gate (None: no gate
     and no attempt alone, e.g. an SSH testbed, whose tools run on other hosts; its last
-    attempt keeps a failed verdict)."""
+    attempt keeps a failed verdict). ``learn(spec, meta)``: told of each passing trial through
+    the gate (ops.admission.learn_from: what it cost here)."""
     gated = rt_ceiling is not None and expected_rt_cores is not None
     last: Exception | None = None
     neighbours = False  # a failed attempt broke a bound that neighbours break
@@ -86,9 +86,9 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
             continue
         meta = json.loads((d / META).read_text())
         h = meta.get("health", {})
-        if gated and h.get("verdict") == "pass":
+        if gated and learn is not None and h.get("verdict") == "pass":
             try:  # what it cost here, for the admission of the trials after it
-                learn_from(spec, meta)
+                learn(spec, meta)
             except OSError as e:
                 log(f"[latency-divide] WARNING: trial {spec.trial_id}: its cost not added to "
                     f"this boot's trial log ({e}): the admission keeps its factor")
