@@ -10,7 +10,7 @@ from latency_divide.trial.sweep import trial_ids
 from latency_divide.trial.layout import trial_meta_path
 from latency_divide.trial.packs import split as split_packed
 from latency_divide.ops.admission import app_mbit
-from latency_divide.ops.admission import trial_host_load as admission_host_load
+from latency_divide.ops.hostcost import trial_host_load as admission_host_load
 from latency_divide.data.households import get_household
 from latency_divide.links.plan import make_linkplan
 

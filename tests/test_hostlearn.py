@@ -13,7 +13,7 @@ from latency_divide.config import ToolSettings, Variant
 from latency_divide.data.households import get_household
 from latency_divide.errors import ConfigError
 from latency_divide.links.plan import make_linkplan
-from latency_divide.ops import admission
+from latency_divide.ops import admission, hostcost
 from latency_divide.testbed import hostlearn, hostrecord, loadgate, netns
 from latency_divide.trial.spec import TrialSpec
 
@@ -72,7 +72,7 @@ def test_learning_off_or_a_bad_setting(here, monkeypatch):
     _log(hostlearn.MIN_TRIALS, 0.8, 0.6)
     monkeypatch.setenv(hostlearn.ENV, "off")
     assert hostlearn.learned("mean") is None
-    assert admission.factor_source("mean")[1].startswith("no host record")
+    assert hostcost.factor_source("mean")[1].startswith("no host record")
     monkeypatch.setenv(hostlearn.ENV, "sometimes")
     with pytest.raises(ConfigError, match=f"{hostlearn.ENV}='sometimes'.*'on'.*'off'"):
         hostlearn.learned("rt")
@@ -88,22 +88,22 @@ def test_a_host_whose_trials_cost_half_admits_twice_as_many_and_by_hand_wins(her
     plans = {hid: make_linkplan(get_household(hid)) for hid in (11406, 12251)}
 
     def asks():
-        return [admission.trial_host_load(plans[h], "downlink", 65536, busy_s=65.0) for h in plans]
+        return [hostcost.trial_host_load(plans[h], "downlink", 65536, busy_s=65.0) for h in plans]
 
     monkeypatch.setenv(hostrecord.FACTOR_ENV, "1.0")
     at_one = asks()
     monkeypatch.delenv(hostrecord.FACTOR_ENV)
     _log(hostlearn.MIN_TRIALS, 0.5 * hostlearn.REFERENCE["mean"], 0.5 * hostlearn.REFERENCE["rt"])
-    f, source = admission.factor_source("mean")
+    f, source = hostcost.factor_source("mean")
     assert f == pytest.approx(0.5) and source.startswith("learned from this boot's last 12")
     learned = asks()
     for a, b in zip(learned, at_one):
         assert a == pytest.approx(b / 2, abs=1)  # per mille, rounded up
-    rt_one = admission.spec_rt_cores(_spec(12251, "downlink"), factor=1.0)
-    assert admission.spec_rt_cores(_spec(12251, "downlink")) == pytest.approx(rt_one / 2)
+    rt_one = hostcost.spec_rt_cores(_spec(12251, "downlink"), factor=1.0)
+    assert hostcost.spec_rt_cores(_spec(12251, "downlink")) == pytest.approx(rt_one / 2)
     monkeypatch.setenv(hostrecord.FACTOR_ENV, "1.0")
     assert asks() == at_one
-    assert admission.factor_source("rt")[1].startswith("set by hand")
+    assert hostcost.factor_source("rt")[1].startswith("set by hand")
 
 
 def _append(args):
@@ -131,7 +131,7 @@ def test_what_a_trial_teaches(here):
     spec = _spec(duration=60.0)
     meta = {"cpu_s": {"sender": 0.7, "receiver": 1.0, "delayline": 0.9, "qsampler": 0.04,
                       "ping": 0.02, "commands": 0.1, "job": 0.44}}
-    line = admission.learn_from(spec, meta)
+    line = hostcost.learn_from(spec, meta)
     assert line["used_mean"] == pytest.approx(3.2 / (61.0 + admission.TRIAL_OVERHEAD_S), abs=1e-5)
     assert line["used_rt"] == pytest.approx(2.6 / 60.0, abs=1e-5)
     plan = spec.link_plan("netem")
@@ -141,9 +141,9 @@ def test_what_a_trial_teaches(here):
         admission.rt_cores(rate, plan.rtt_ms, 65536, generation=gen), abs=1e-5)
     assert line["model_mean"] == pytest.approx(
         admission.trial_cores(rate, plan.rtt_ms, 65536, busy_s=61.0, generation=gen), abs=1e-5)
-    assert admission.learn_from(_spec(args=("-app=live",)), meta) is None
-    assert admission.learn_from(spec, meta, testbed="ssh") is None
-    assert admission.learn_from(spec, {"cpu_s": {"job": 0.4}}) is None  # no tool figures
+    assert hostcost.learn_from(_spec(args=("-app=live",)), meta) is None
+    assert hostcost.learn_from(spec, meta, testbed="ssh") is None
+    assert hostcost.learn_from(spec, {"cpu_s": {"job": 0.4}}) is None  # no tool figures
     assert len(hostlearn.log_path().read_text().splitlines()) == 1
 
 
@@ -151,7 +151,7 @@ def test_what_a_trial_teaches(here):
 def test_a_real_trial_through_the_gate_adds_its_cost_and_the_host_check_says_so(
         here, monkeypatch):
     """A passing 2 s trial through run_trial_with_retries (as the workflow's trial job and
-    `latency-divide trial` call it, with ops.admission.learn_from) adds one line of what it
+    `latency-divide trial` call it, with ops.hostcost.learn_from) adds one line of what it
     used; with eleven before it the admission's factors are learned, and the run's summary
     names them."""
     from latency_divide.ops.progress import health_report
@@ -162,7 +162,7 @@ def test_a_real_trial_through_the_gate_adds_its_cost_and_the_host_check_says_so(
     _log(hostlearn.MIN_TRIALS - 1, 0.5, 0.5)
     d = run_trial_with_retries(_spec(), here / "raw", retries=1, log=print,
                                expected_rt_cores=0.05, rt_ceiling=1.5,
-                               learn=admission.learn_from)
+                               learn=hostcost.learn_from)
     meta = json.loads((d / "meta.json").read_text())
     assert meta["health"]["verdict"] == "pass", meta["health"]
     last = json.loads(hostlearn.log_path().read_text().splitlines()[-1])

@@ -71,7 +71,8 @@ def _trial(args) -> int:
     from latency_divide.config import (BULK_WINDOW_BYTES, LIVE_WINDOW_BYTES, ToolSettings,
                                        Variant, app_args)
     from latency_divide.data.households import get_household
-    from latency_divide.ops.admission import learn_from, retries_for, rt_ceiling, spec_rt_cores
+    from latency_divide.ops.admission import retries_for, rt_ceiling
+    from latency_divide.ops.hostcost import learn_from, spec_rt_cores
     from latency_divide.testbed.runners import interrupt_on_sigterm
     from latency_divide.trial.retry import run_trial_with_retries
     from latency_divide.trial.spec import TrialSpec

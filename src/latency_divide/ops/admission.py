@@ -31,8 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from latency_divide.testbed import hostlearn
-from latency_divide.testbed.hostrecord import factor_by_hand, host_factor
+from latency_divide.testbed.hostrecord import host_factor
 from latency_divide.testbed.rxnapi import carried_mbit  # noqa: F401 (also ours to name)
 from latency_divide.trial.instrument import CURRENT, GENERATIONS, planned_generation
 
@@ -295,58 +294,19 @@ def beyond_cores(rate_kbit: float, rtt_ms: float, window_bytes: int | None,
             f"a host with {math.ceil(rt / RT_HOST_SHARE)} or more cores, or over SSH")
 
 
-def factor_source(kind: str = "mean", records=None) -> tuple[float, str]:
-    """(this host's cost factor for ``kind`` of cost, where it came from): one set by hand
-    (LATENCY_DIVIDE_HOST_FACTOR), else the factor learned from this boot's trials
-    (testbed.hostlearn; ``kind`` "mean": a whole trial's CPU, "rt": its real-time parts), else
-    the host check's wake-up factor (testbed.hostrecord.host_factor); ``records``: their
-    directory (None: results/host)."""
-    if factor_by_hand() is None:
-        got = hostlearn.learned(kind, records)
-        if got is not None:
-            return got[0], (f"learned from this boot's last {got[1]} trials: "
-                            f"{hostlearn.log_path(records)}")
-    return host_factor(records)
-
-
-def factor_here(factor: float | None = None, kind: str = "mean") -> float:
-    """``factor``, or this host's cost factor for ``kind`` (:func:`factor_source`) when None."""
-    return factor_source(kind)[0] if factor is None else float(factor)
+def factor_here(factor: float | None = None) -> float:
+    """``factor``, or this host's cost factor (testbed.hostrecord.host_factor) when None."""
+    return host_factor()[0] if factor is None else float(factor)
 
 
 def spec_rt_cores(spec, testbed: str = "local", factor: float | None = None) -> float:
     """A trial's expected real-time cores on this host, from its spec (what trial.run hands
     testbed.placement): the current cost model times the host's cost factor (``factor``; None:
-    this host's real-time factor, :func:`factor_here`)."""
+    this host's, :func:`factor_here`)."""
     plan = spec.link_plan("netem")
-    return factor_here(factor, "rt") * rt_cores(plan.shaper(spec.direction).rate_kbit,
-                                                plan.rtt_ms, spec.tool.window_bytes,
-                                                spec.tool.name, testbed, spec_generation(spec),
-                                                app_mbit(spec.tool.args))
-
-
-def learn_from(spec, meta: dict, testbed: str = "local") -> dict | None:
-    """Add a kept trial to this boot's trial log (testbed.hostlearn): its cores measured
-    (meta.json ``cpu_s``) and the model's at factor 1, whole and real-time. Nothing for a trial
-    its application limits (the model charges it its top rung, not what it carried) or whose
-    tools ran on other hosts. Returns the line written, or None."""
-    if testbed != "local" or app_mbit(spec.tool.args) is not None:
-        return None
-    cpu = meta.get("cpu_s") or {}
-    plan = spec.link_plan("netem")
-    rate, gen = plan.shaper(spec.direction).rate_kbit, spec_generation(spec)
-    busy_s = spec.idle_s + spec.duration_s
-    try:
-        used = {"mean": sum(float(v) for v in cpu.values()) / (busy_s + TRIAL_OVERHEAD_S),
-                "rt": sum(float(cpu[k]) for k in ("sender", "receiver", "delayline"))
-                / spec.duration_s}
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    model = {"mean": trial_cores(rate, plan.rtt_ms, spec.tool.window_bytes, spec.tool.name,
-                                 testbed, busy_s, gen),
-             "rt": rt_cores(rate, plan.rtt_ms, spec.tool.window_bytes, spec.tool.name, testbed,
-                            gen)}
-    return hostlearn.record(spec.trial_id, model, used)
+    return factor_here(factor) * rt_cores(plan.shaper(spec.direction).rate_kbit, plan.rtt_ms,
+                                          spec.tool.window_bytes, spec.tool.name, testbed,
+                                          spec_generation(spec), app_mbit(spec.tool.args))
 
 
 def spec_generation(spec) -> str:
@@ -375,17 +335,15 @@ def retries_for(spec, retries: int, testbed: str = "local", log=print) -> int:
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
                     busy_s: float = 65.0, factor: float | None = None,
-                    app: float | None = None, rt_factor: float | None = None) -> int:
+                    app: float | None = None) -> int:
     """The ``host_load`` a trial asks for, from its link plan (links.plan): its expected
-    cores, or its real-time cores with their headroom where those are more (fast links), each
-    times the host's cost factor of its kind (``factor`` for both, ``rt_factor`` for the
-    real-time part; None: this host's, :func:`factor_here`); ``app`` as for :func:`rt_cores`."""
+    cores, or its real-time cores with their headroom where those are more (fast links), times
+    the host's cost factor (``factor``; None: this host's, :func:`factor_here`); ``app`` as for
+    :func:`rt_cores`."""
     rate = plan.shaper(direction).rate_kbit
     cores = trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s, app=app)
     rt = rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, app=app)
-    rt_f = factor_here(factor if rt_factor is None else rt_factor, "rt")
-    return host_load(max(factor_here(factor, "mean") * cores, rt_f * RT_HEADROOM * rt),
-                     cpu_count)
+    return host_load(factor_here(factor) * max(cores, RT_HEADROOM * rt), cpu_count)
 
 
 def rt_ceiling(testbed: str = "local", cpu_count: int | None = None) -> float | None:

@@ -39,7 +39,7 @@ from pathlib import Path
 from latency_divide.errors import ConfigError, EnvironmentError_, LatencyDivideError
 from latency_divide.fsio import write_json_atomic
 from latency_divide.ops import hostfit
-from latency_divide.ops.admission import factor_source
+from latency_divide.ops.hostcost import factor_source
 from latency_divide.paths import built_tool
 from latency_divide.testbed import hostrecord as hr
 

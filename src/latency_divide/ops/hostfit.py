@@ -31,7 +31,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from latency_divide.ops import admission
+from latency_divide.ops import admission, hostcost
 from latency_divide.paths import CHECKOUT
 from latency_divide.testbed.hostrecord import (  # noqa: F401  (MIN_WAKEUPS_P99: hostfit's rule)
     MIN_WAKEUPS_P99,
@@ -173,7 +173,7 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
            rt_factor: float | None = None) -> Assessment:
     """The run of ``cfg`` on the host of ``record`` (None: no measurement, factor only);
     ``factor`` scales a trial's whole CPU, ``rt_factor`` (None: ``factor``) its real-time parts
-    (ops.admission.factor_source: learned from this boot's trials, or the wake-up factor)."""
+    (ops.hostcost.factor_source: learned from this boot's trials, or the wake-up factor)."""
     rt_factor = factor if rt_factor is None else rt_factor
     from latency_divide.data.households import get_household
     from latency_divide.trial.sweep import nominal_trial_s, spec_from_config, trial_ids
@@ -194,8 +194,8 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
         rate = plan.shaper(direction).rate_kbit
         w, tool = spec.tool.window_bytes, spec.tool.name
         app = admission.app_mbit(spec.tool.args)
-        rt = admission.spec_rt_cores(spec, kind, factor=rt_factor)
-        load = admission.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor,
+        rt = hostcost.spec_rt_cores(spec, kind, factor=rt_factor)
+        load = hostcost.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor,
                                          app=app, rt_factor=rt_factor)
         cpu = factor * admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s,
                                              app=app) * (busy_s + admission.TRIAL_OVERHEAD_S)

@@ -70,7 +70,8 @@ def plan_trial(config: dict, wildcards, meta: Path) -> tuple:
 
 
 def _trial_job(smk, log) -> None:
-    from latency_divide.ops.admission import learn_from, retries_for, rt_ceiling, spec_rt_cores
+    from latency_divide.ops.admission import retries_for, rt_ceiling
+    from latency_divide.ops.hostcost import learn_from, spec_rt_cores
     from latency_divide.ops.slurmnode import check_node, node_name, under_slurm
     from latency_divide.testbed.factory import open_testbed
     from latency_divide.trial.layout import META

@@ -41,7 +41,7 @@ def run_trial_with_retries(spec: TrialSpec, out_root: Path, retries: int = 2,
     (ops.admission.rt_ceiling), which puts a local trial through the load gate (None: no gate
     and no attempt alone, e.g. an SSH testbed, whose tools run on other hosts; its last
     attempt keeps a failed verdict). ``learn(spec, meta)``: told of each passing trial through
-    the gate (ops.admission.learn_from: what it cost here)."""
+    the gate (ops.hostcost.learn_from: what it cost here)."""
     gated = rt_ceiling is not None and expected_rt_cores is not None
     last: Exception | None = None
     neighbours = False  # a failed attempt broke a bound that neighbours break
