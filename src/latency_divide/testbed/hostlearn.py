@@ -1,8 +1,8 @@
 """What a trial costs on this host, learned from the trials it measured (issue 57, "An admission
 that learns the host").
 
-The admission (ops.admission) asks for a trial's cores from a model fitted on one host, times
-this host's cost factor. The host check's factor is a timer wake-up's CPU against the fitted
+The admission asks for a trial's cores from a model fitted on one host (ops.admission), times
+this host's cost factor (ops.hostcost). The host check's factor is a timer wake-up's CPU against the fitted
 host's (testbed.hostrecord); a trial's CPU is more than its wake-ups (packets through veths,
 htb and the delay line's copies), and the two need not move together: on host `vm` (kernel
 6.18.44-fc-v1300, 2026-12-07) a wake-up cost 1.23 x the fitted host's while the paper's sweep
