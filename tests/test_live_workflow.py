@@ -226,7 +226,11 @@ def test_a_real_live_trial_has_every_new_column_in_range(tmp_path, capsys):
     assert set(LIVE_COLUMNS) | {"policer_drops", "policer_dropped_bytes"} <= set(
         TRIALS_SCHEMA.names)
     assert row["frames_sent"] + row["frames_dropped"] <= row["frames_produced"]
-    assert row["app_rtt_inband_mean_ms"] >= 0.9 * row["app_rtt_mean_ms"]
+    # No order between the two pings' means here: in 8 s the rate ABR may settle below the
+    # policer, so an in-band ping finds no video queued (6 runs on host vm, 2026-12-07: in-band
+    # mean 67.7-134 ms, once equal to the priority ping's 67.7), and one priority ping lost to
+    # the policer and repaired adds a round trip to one of 8 samples (CI of 86ac6301: in-band
+    # 67.7 against 75.7). The 30 s broadcasts of check_live_sweep do order them.
     meta = __import__("json").loads((d / "meta.json").read_text())
     assert meta["tool"]["args"] == ["-app=live", "-abr=rate", "-seed=1"]
     assert meta["tool"]["window_bytes"] == 4194304
@@ -358,7 +362,10 @@ def check_live_sweep(wf: Path, took: float) -> None:
         assert 29 <= r["broadcast_s"] <= 33
         assert 0.05 * cap <= r["goodput_fb_kbps"] <= 1.1 * cap, r
         assert 145 <= r["bitrate_mean_kbps"] <= 4000
-        assert 0 <= r["rtx_overhead"] < 1 and 0 <= r["frames_dropped_pct"] <= 100
+        # bytes retransmitted / bytes acknowledged: a byte lost twice counts twice, so no bound
+        # of 1 (Copa 0.04's backlog broadcasts here: 0.40-0.55 in 4 runs, 1.016 once in CI;
+        # the published 180 s population up to 1.70); 5 still catches a percent (40-100)
+        assert 0 <= r["rtx_overhead"] <= 5 and 0 <= r["frames_dropped_pct"] <= 100
         assert 850 <= r["frames_produced"] <= 30 * 33
         assert r["base_rtt_ms"] * 0.9 <= r["app_rtt_mean_ms"] <= r["app_rtt_inband_mean_ms"] * 1.1
         assert r["base_rtt_ms"] * 0.9 <= r["transport_rtt_mean_ms"] < 5000
