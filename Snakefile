@@ -11,17 +11,13 @@ min_version("9.0")
 # local executor must not cap them at --cores + 5 (snakemake_executor_plugin_ldlocal). Done
 # here, not with `executor:` in profiles/default, which would override `--profile`. And the
 # scheduler keeps one re-evaluation timer, not one more per trial ended (its CPU is the trials').
-from snakemake_executor_plugin_ldlocal import (fresh_resources, largest_first,
-                                               single_reevaluation_timer, widen_local_executor)
+from snakemake_executor_plugin_ldlocal import (fresh_resources, single_reevaluation_timer,
+                                               widen_local_executor)
 
 widen_local_executor()
 if not single_reevaluation_timer():
     print("[latency-divide] WARNING: this Snakemake's scheduler could not be patched to keep one "
           "re-evaluation timer; a long run costs the trials more CPU (docs/parallel.md)",
-          file=sys.stderr)
-if not largest_first():
-    print("[latency-divide] WARNING: this Snakemake's scheduler could not be patched to start "
-          "the largest trials first; the fast links may run last and together (docs/host.md)",
           file=sys.stderr)
 if not fresh_resources():
     print("[latency-divide] WARNING: this Snakemake's scheduler could not be patched to ask "

@@ -259,34 +259,6 @@ def test_waiting_trials_are_asked_for_their_resources_again(tmp_path):
     assert most == {"snakemake": 1, "patched": 4}, most
 
 
-def test_the_largest_waiting_trials_start_first(tmp_path):
-    """Snakemake's greedy scheduler takes the first job that fits in the order it is handed the
-    ready ones (a set's); the Snakefile's patch (snakemake_executor_plugin_ldlocal.largest_first)
-    hands it the trials largest request first, so the fast links do not wait for a moment when
-    the slow ones' ends free a large share at once. Two jobs asking 400 and eight asking 100
-    under a budget of 400, 1 s each: the two large ones start first, one after the other, and
-    the small ones after them, four at a time. (Unpatched, both large ones start first only
-    when each round's arbitrary order puts one ahead: about 1 run in 45.)"""
-    head = _plugin_call("widen_local_executor") + _plugin_call("largest_first")
-    rules = (
-        "names = [f's{i}' for i in range(8)] + ['b0', 'b1']\n"
-        "rule all:\n"
-        "    input: expand('o/{n}.txt', n=names)\n"
-        "rule trial:\n"
-        "    output: 'o/{n}.txt'\n"
-        "    threads: 0\n"
-        "    resources: host_load=lambda wc: 400 if wc.n.startswith('b') else 100\n"
-        "    shell: 'echo $(date +%s.%N) > {output}; sleep 1'\n")
-    (tmp_path / "Snakefile").write_text(head + rules)
-    out = subprocess.run([str(SNAKEMAKE), "--cores", "1", "--resources", "host_load=400",
-                          "--scheduler", "greedy"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    starts = sorted((float(f.read_text()), f.stem) for f in (tmp_path / "o").iterdir())
-    assert [n[0] for _t, n in starts] == list("bb" + "s" * 8), starts
-    assert starts[1][0] - starts[0][0] > 0.9  # the second waited for the first's share
-
-
 def test_a_link_beyond_this_host_runs_alone_once_and_says_why():
     """A link that needs more real-time work than 2 cores hold (420 Mbit/s under the v3 cost
     model that new trials above 250 Mbit/s get; under v1 the population's 236.5 Mbit/s

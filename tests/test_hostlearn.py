@@ -27,12 +27,10 @@ def here(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _log(n: int, mean: float, rt: float, model: tuple[float, float] = (0.04, 0.1)) -> None:
-    """``n`` trials in this boot's log whose cores are ``mean`` / ``rt`` x the model's
-    (``model``: its whole and real-time cores)."""
+def _log(n: int, mean: float, rt: float) -> None:
+    """``n`` trials in this boot's log whose cores are ``mean`` / ``rt`` x the model's."""
     for i in range(n):
-        hostlearn.record(f"t{i}", {"mean": model[0], "rt": model[1]},
-                         {"mean": model[0] * mean, "rt": model[1] * rt})
+        hostlearn.record(f"t{i}", {"mean": 0.04, "rt": 0.1}, {"mean": 0.04 * mean, "rt": 0.1 * rt})
 
 
 def _spec(hid=11406, direction="uplink", args=(), duration=2.0):
@@ -95,14 +93,9 @@ def test_a_host_whose_trials_cost_half_admits_twice_as_many_and_by_hand_wins(her
     monkeypatch.setenv(hostrecord.FACTOR_ENV, "1.0")
     at_one = asks()
     monkeypatch.delenv(hostrecord.FACTOR_ENV)
-    for h in plans:  # trials of each one's size (hostlearn.NEAR)
-        rate, rtt = plans[h].shaper("downlink").rate_kbit, plans[h].rtt_ms
-        _log(hostlearn.MIN_TRIALS, 0.5 * hostlearn.REFERENCE["mean"],
-             0.5 * hostlearn.REFERENCE["rt"],
-             (admission.trial_cores(rate, rtt, 65536, busy_s=65.0),
-              admission.rt_cores(rate, rtt, 65536)))
+    _log(hostlearn.MIN_TRIALS, 0.5 * hostlearn.REFERENCE["mean"], 0.5 * hostlearn.REFERENCE["rt"])
     f, source = hostcost.factor_source("mean")
-    assert f == pytest.approx(0.5) and source.startswith("learned from this boot's last 24")
+    assert f == pytest.approx(0.5) and source.startswith("learned from this boot's last 12")
     learned = asks()
     for a, b in zip(learned, at_one):
         assert a == pytest.approx(b / 2, abs=1)  # per mille, rounded up
@@ -111,34 +104,6 @@ def test_a_host_whose_trials_cost_half_admits_twice_as_many_and_by_hand_wins(her
     monkeypatch.setenv(hostrecord.FACTOR_ENV, "1.0")
     assert asks() == at_one
     assert hostcost.factor_source("rt")[1].startswith("set by hand")
-
-
-@pytest.mark.shared
-def test_a_trial_asks_by_the_trials_of_its_own_size(here):
-    """The model's slope and floor are off by different amounts on a host (fast links used
-    about half the real-time model where slow ones used 0.6-0.9 of it, host vm, 2026-12-07): a trial
-    takes the factor of the logged trials whose model cost is within hostlearn.NEAR of its own;
-    a size with fewer than MIN_TRIALS asks at the wake-up factor, whatever the others learned."""
-    ref = hostlearn.REFERENCE
-    _log(hostlearn.MIN_TRIALS, 1.0 * ref["mean"], 0.9 * ref["rt"], (0.04, 0.05))   # slow
-    _log(hostlearn.MIN_TRIALS, 0.6 * ref["mean"], 0.6 * ref["rt"], (0.4, 0.5))   # fast
-    assert hostlearn.learned("rt", near=0.06)[0] == pytest.approx(0.9)
-    assert hostlearn.learned("rt", near=0.3)[0] == pytest.approx(0.6)   # 0.5 is within 2 x
-    assert hostlearn.learned("mean", near=0.5)[0] == pytest.approx(0.6)
-    assert hostlearn.learned("rt", near=0.15) is None  # 0.05 and 0.5: both beyond 2 x
-    assert hostlearn.learned("rt")[1] == 2 * hostlearn.MIN_TRIALS  # all sizes: for the reports
-    wake = hostrecord.host_factor()[0]
-    assert hostcost.factor_here(None, "rt", 0.15) == wake
-    f, source = hostcost.factor_source("rt", near=0.3)
-    assert f == pytest.approx(0.6) and "trials of its size" in source
-    # a trial's ask: its size's factors (the slow link 11406's downlink, 3.5 Mbit/s)
-    plan = make_linkplan(get_household(11406))
-    rate, rtt = plan.shaper("downlink").rate_kbit, plan.rtt_ms
-    cores = admission.trial_cores(rate, rtt, 65536, busy_s=65.0)
-    rt = admission.rt_cores(rate, rtt, 65536)
-    assert 0.04 / 2 <= cores <= 0.04 * 2 and 0.05 / 2 <= rt <= 0.05 * 2
-    assert hostcost.trial_host_load(plan, "downlink", 65536, busy_s=65.0, cpu_count=2) == \
-        admission.host_load(max(1.0 * cores, 0.9 * admission.RT_HEADROOM * rt), 2)
 
 
 def _append(args):

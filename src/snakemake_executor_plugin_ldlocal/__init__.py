@@ -35,15 +35,6 @@ the trials this boot has measured (latency_divide.testbed.hostlearn): so the sch
 the waiting trials for their resources again, at most every :data:`REFRESH_S` seconds, and the
 budget follows what the run's own trials teach. A job's resources stay as they were when it
 was started (Snakemake gives back, at its end, what it took).
-
-**Largest first** (:func:`largest_first`). Snakemake's greedy scheduler takes, among jobs of
-one priority, the first that fits in the order it is handed them; in a sweep that let the slow
-links' small requests take every share a trial's end freed, and the fast links, which ask for
-several of those at once, ran last and together: the paper's sweep on host vm (2026-12-07) ran
-its last quarter on 9 fast links at once, 0.86 of 2 cores busy (bench/bench_admission_floor.py).
-The patch hands the scheduler the waiting trials largest request first (the other rules' jobs
-ahead of them, as they were): the fast links start first and each one's end makes room for the
-next, the small ones fill around them and are the last to run, where they pack finely.
 """
 
 from __future__ import annotations
@@ -146,38 +137,9 @@ def fresh_resources(rules: tuple[str, ...] = ("trial",), every_s: float = REFRES
     return True
 
 
-def largest_first(rules: tuple[str, ...] = ("trial",), resource: str = "host_load") -> bool:
-    """Make Snakemake's job scheduler (this process) consider the ready jobs of ``rules`` by
-    their ``resource`` request, largest first, after every other ready job (in its order).
-    Idempotent; call it before :func:`fresh_resources` (which then refreshes the requests
-    before they are sorted). False (and nothing changed) where this Snakemake differs."""
-    from snakemake.scheduling import job_scheduler
-
-    cls = job_scheduler.JobScheduler
-    if getattr(cls, "_latency_divide_largest_first", False):
-        return True
-    original = getattr(cls, "job_selector", None)
-    if not callable(original):
-        return False
-
-    def order(job) -> tuple[int, int]:
-        if getattr(getattr(job, "rule", None), "name", None) not in rules:
-            return (0, 0)
-        want = job.scheduler_resources.get(resource, 0)
-        return (1, -want if isinstance(want, int) else 0)
-
-    def job_selector(self, jobs):
-        return original(self, sorted(jobs, key=order))  # stable: ties keep their order
-
-    cls.job_selector = job_selector
-    cls._latency_divide_largest_first = True
-    return True
-
-
 class Executor(_local.Executor):
     def __post_init__(self):
         super().__post_init__()
         _widen(self)
         single_reevaluation_timer()
-        largest_first()
         fresh_resources()

@@ -238,8 +238,7 @@ def check(cfg, force: bool = False, seconds: float = PROBE_DEFAULT_S, records: P
     path, rec, measured = host_record(force, seconds, records, log=log)
     factor, source = factor_source("mean", records)
     rt_factor = factor_source("rt", records)[0]
-    a = hostfit.assess(cfg, rec, factor, source, budget, rec.get("cores"), rt_factor,
-                       here=True, records=records)
+    a = hostfit.assess(cfg, rec, factor, source, budget, rec.get("cores"), rt_factor)
     return a, report(a, path, rec, measured, len(a.trials)), rec, path
 
 

@@ -3,9 +3,9 @@ factors, each of its kind, and what a kept trial teaches them (issue 57, "An adm
 learns the host"; docs/host.md, "What the trials teach").
 
 The factors, by precedence: one set by hand (``LATENCY_DIVIDE_HOST_FACTOR``, both kinds); the
-factors learned from this boot's trials of the trial's own size (testbed.hostlearn: ``mean``
-scales a trial's whole CPU, ``rt`` its tool ends and delay line); the host check's wake-up
-factor (testbed.hostrecord.host_factor). The model itself stays in ops.admission, in the fitted host's
+factors learned from this boot's trials (testbed.hostlearn: ``mean`` scales a trial's whole CPU,
+``rt`` its tool ends and delay line); the host check's wake-up factor
+(testbed.hostrecord.host_factor). The model itself stays in ops.admission, in the fitted host's
 terms, where the analysis reads it for published trials (its source is part of the parsed
 caches' key, analysis.parsedcache.CODE_MODULES); this module is only for trials measured now.
 """
@@ -17,50 +17,43 @@ from latency_divide.testbed import hostlearn
 from latency_divide.testbed.hostrecord import factor_by_hand, host_factor
 
 
-def factor_source(kind: str = "mean", records=None,
-                  near: float | None = None) -> tuple[float, str]:
+def factor_source(kind: str = "mean", records=None) -> tuple[float, str]:
     """(this host's cost factor for ``kind`` of cost, where it came from); ``records``: the
-    directory of the host records and the trial log (None: results/host); ``near``: the model
-    cores of the trial at hand (its size's factor; None: all sizes')."""
+    directory of the host records and the trial log (None: results/host)."""
     if factor_by_hand() is None:
-        got = hostlearn.learned(kind, records, near)
+        got = hostlearn.learned(kind, records)
         if got is not None:
-            return got[0], (f"learned from this boot's last {got[1]} trials"
-                            + ("" if near is None else " of its size")
-                            + f": {hostlearn.log_path(records)}")
+            return got[0], (f"learned from this boot's last {got[1]} trials: "
+                            f"{hostlearn.log_path(records)}")
     return host_factor(records)
 
 
-def factor_here(factor: float | None = None, kind: str = "mean", near: float | None = None,
-                records=None) -> float:
+def factor_here(factor: float | None = None, kind: str = "mean") -> float:
     """``factor``, or this host's cost factor for ``kind`` (:func:`factor_source`) when None."""
-    return factor_source(kind, records, near)[0] if factor is None else float(factor)
+    return factor_source(kind)[0] if factor is None else float(factor)
 
 
-def spec_rt_cores(spec, testbed: str = "local", factor: float | None = None,
-                  records=None) -> float:
+def spec_rt_cores(spec, testbed: str = "local", factor: float | None = None) -> float:
     """A trial's expected real-time cores on this host (what the load gate admits): the model's
     (ops.admission.spec_rt_cores at factor 1) times the real-time factor (``factor``; None:
-    this host's for a trial of its size)."""
-    model = admission.spec_rt_cores(spec, testbed, factor=1.0)
-    return factor_here(factor, "rt", model, records) * model
+    this host's)."""
+    return factor_here(factor, "rt") * admission.spec_rt_cores(spec, testbed, factor=1.0)
 
 
 def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = "tquic-perf",
                     testbed: str = "local", cpu_count: int | None = None,
                     busy_s: float = 65.0, factor: float | None = None,
-                    app: float | None = None, rt_factor: float | None = None,
-                    records=None) -> int:
+                    app: float | None = None, rt_factor: float | None = None) -> int:
     """The ``host_load`` a trial asks Snakemake for, from its link plan (links.plan): as
     ops.admission.trial_host_load, its expected cores or its real-time cores with their
     headroom, whichever is more, each times this host's factor of its kind (``factor`` for
-    both, ``rt_factor`` for the real-time part; None: this host's for a trial of its size)."""
+    both, ``rt_factor`` for the real-time part; None: this host's)."""
     rate = plan.shaper(direction).rate_kbit
     cores = admission.trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s,
                                   app=app)
     rt = admission.rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, app=app)
-    rt_f = factor_here(factor if rt_factor is None else rt_factor, "rt", rt, records)
-    return admission.host_load(max(factor_here(factor, "mean", cores, records) * cores,
+    rt_f = factor_here(factor if rt_factor is None else rt_factor, "rt")
+    return admission.host_load(max(factor_here(factor, "mean") * cores,
                                    rt_f * admission.RT_HEADROOM * rt), cpu_count)
 
 

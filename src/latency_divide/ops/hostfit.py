@@ -18,10 +18,8 @@ The rules, each in the units the record measures:
   time) among the gaps measured with at least MIN_WAKEUPS_P99 wake-ups per CPU (fewer make the
   p99 a maximum), the worst of the CPUs measured (a trial may land on any).
 * **at once**: the profile's budget (host_load) over a trial's host-scaled request, for the
-  median trial of the config; the wall time replays the admission: trials start largest
-  request first as the budget admits (first fit over the waiting ones in that order, as
-  Snakemake's greedy scheduler with the workflow's ordering,
-  snakemake_executor_plugin_ldlocal.largest_first), each lasting
+  median trial of the config; the wall time replays the admission: trials start in sweep order
+  as the budget admits (first fit, as Snakemake's greedy scheduler), each lasting
   trial.sweep.nominal_trial_s (what the progress line's ETA uses, ops.progress), and it is at
   least the trials' host-scaled CPU (admission.trial_cores) over the budget's cores.
 """
@@ -86,7 +84,6 @@ class TrialCost:
     late_gap_us: float
     late_p99_us: float
     rtt_ms: float | None = None  # the link's base RTT (its verdict's lateness bound)
-    rt_model: float | None = None  # real-time cores at factor 1
 
 
 @dataclass
@@ -149,10 +146,10 @@ def fastest_alone(record: dict, factor: float, capacity: float, tool: str = "tqu
 
 
 def expected_wall_s(costs: list[TrialCost], budget: int, trial_s: float) -> float:
-    """The admission replayed: each trial started as soon as its request fits the budget, the
-    largest request first (first fit over the waiting ones in that order, as the workflow's
-    scheduler), each lasting ``trial_s``."""
-    waiting = sorted((c.host_load for c in costs), reverse=True)
+    """The admission replayed: trials in sweep order, each started as soon as its request fits
+    the budget (first fit over the waiting ones, as Snakemake's greedy scheduler), each lasting
+    ``trial_s``."""
+    waiting = [c.host_load for c in costs]
     now, used, ends = 0.0, 0, []
     while waiting:
         started = []
@@ -173,16 +170,11 @@ def expected_wall_s(costs: list[TrialCost], budget: int, trial_s: float) -> floa
 
 def assess(cfg, record: dict | None, factor: float, factor_source: str,
            budget: int | None = None, cpu_count: int | None = None,
-           rt_factor: float | None = None, here: bool = False,
-           records: Path | None = None) -> Assessment:
+           rt_factor: float | None = None) -> Assessment:
     """The run of ``cfg`` on the host of ``record`` (None: no measurement, factor only);
     ``factor`` scales a trial's whole CPU, ``rt_factor`` (None: ``factor``) its real-time parts
-    (ops.hostcost.factor_source: learned from this boot's trials, or the wake-up factor).
-    ``here``: ``factor`` and ``rt_factor`` are this host's over all sizes (for the lines that
-    print them), and each trial takes this host's factors for its own size, as the admission
-    does (ops.hostcost; ``records``: the trial log's directory)."""
+    (ops.hostcost.factor_source: learned from this boot's trials, or the wake-up factor)."""
     rt_factor = factor if rt_factor is None else rt_factor
-    each_f, each_rt = (None, None) if here else (factor, rt_factor)
     from latency_divide.data.households import get_household
     from latency_divide.trial.sweep import nominal_trial_s, spec_from_config, trial_ids
 
@@ -202,23 +194,21 @@ def assess(cfg, record: dict | None, factor: float, factor_source: str,
         rate = plan.shaper(direction).rate_kbit
         w, tool = spec.tool.window_bytes, spec.tool.name
         app = admission.app_mbit(spec.tool.args)
-        rt = hostcost.spec_rt_cores(spec, kind, each_rt, records)
-        load = hostcost.trial_host_load(plan, direction, w, tool, kind, n, busy_s, each_f,
-                                         app, each_rt, records)
-        cores = admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s, app=app)
-        cpu = (hostcost.factor_here(each_f, "mean", cores, records) * cores
-               * (busy_s + admission.TRIAL_OVERHEAD_S))
+        rt = hostcost.spec_rt_cores(spec, kind, factor=rt_factor)
+        load = hostcost.trial_host_load(plan, direction, w, tool, kind, n, busy_s, factor=factor,
+                                         app=app, rt_factor=rt_factor)
+        cpu = factor * admission.trial_cores(rate, plan.rtt_ms, w, tool, kind, busy_s,
+                                             app=app) * (busy_s + admission.TRIAL_OVERHEAD_S)
         pkt = packet_time_us(rate)
         gap, late = lateness_p99_us(record, pkt) if record else (pkt, 0.0)
-        costs.append(TrialCost(tid, rate, rt, load, cpu, pkt, gap, late, plan.rtt_ms,
-                               admission.spec_rt_cores(spec, kind, factor=1.0)))
+        costs.append(TrialCost(tid, rate, rt, load, cpu, pkt, gap, late, plan.rtt_ms))
     merged: dict = {}
     for c in costs:
         key = (c.trial[1], c.trial[2])
         why = []
         if c.rt_cores > capacity:
             why.append(f"needs {c.rt_cores:.2f} real-time cores (variant {c.trial[3]}; the model's"
-                       f" {c.rt_model:.2f} x cost factor {c.rt_cores / c.rt_model:.2f}) > this "
+                       f" {c.rt_cores / rt_factor:.2f} x cost factor {rt_factor:.2f}) > this "
                        f"host's capacity {capacity:.2f}")
         limit = late_limit_us(c.rate_kbit, c.rtt_ms)
         if record and c.late_p99_us > limit and kind == "local":

@@ -17,14 +17,7 @@ of its CPU over its wall time, as :func:`ops.admission.trial_cores`) and for its
 parts (``rt``: the tool ends and the delay line over the transfer, as
 :func:`ops.admission.rt_cores`). Once :data:`MIN_TRIALS` have, each kind's **learned factor** is
 the median ratio of the last :data:`WINDOW` over :data:`REFERENCE`, clamped as the wake-up
-factor is. A trial asks by the trials of **its own size** (:data:`NEAR`: a model cost within
-2 x its own): the model is a cost per Mbit/s fitted on another host, and here its slope and its
-floor are off by different amounts (the paper's sweep on host vm, 2026-12-07: the links of 10
-Mbit/s and more used 0.45-0.56 of the real-time model at the median, the slower ones 0.59-0.86),
-so one factor for all over-charged the fast links, which then ran last, 9 at once on 0.86 of 2
-cores (bench/bench_admission_floor.py). A size with fewer than MIN_TRIALS logged asks at the
-wake-up factor, as every trial does before the log has MIN_TRIALS. The admission takes the
-learned factor in place of the wake-up factor:
+factor is. The admission takes it in place of the wake-up factor:
 
 - each trial job's real-time cores for the load gate (testbed.loadgate) are computed when the
   job starts;
@@ -70,9 +63,6 @@ WINDOW = 200
 #: is what holds the verdicts.
 REFERENCE = {"mean": 1.0, "rt": 0.8}
 REFERENCE_SOURCE = "docs/host.md, What the trials teach"
-#: A trial's own size: the logged trials whose model cost (of the factor's kind) is within this
-#: ratio of its own, either way.
-NEAR = 2.0
 
 
 def enabled(env: dict | None = None) -> bool:
@@ -109,15 +99,14 @@ def record(trial: str, model: dict, used: dict, records: Path | None = None) -> 
 _CACHE: dict = {}
 
 
-def _rows(path: Path) -> tuple[tuple, dict[str, list[tuple[float, float]]]]:
-    """(the log's identity, per kind its trials' (model cores, measured / model) in order)."""
+def _ratios(path: Path) -> dict[str, list[float]]:
     try:
         st = path.stat()
     except OSError:
-        return (str(path),), {k: [] for k in KINDS}
+        return {k: [] for k in KINDS}
     key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size)
-    if _CACHE.get("key") != key:
-        out: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
+    if key not in _CACHE:
+        out: dict[str, list[float]] = {k: [] for k in KINDS}
         for raw in path.read_text(errors="replace").splitlines():
             try:
                 row = json.loads(raw)
@@ -126,36 +115,24 @@ def _rows(path: Path) -> tuple[tuple, dict[str, list[tuple[float, float]]]]:
                 continue  # a torn or foreign line teaches nothing
             if all(m > 0 and u >= 0 and math.isfinite(u / m) for u, m in pairs):
                 for k, (u, m) in zip(KINDS, pairs):
-                    out[k].append((m, u / m))
+                    out[k].append(u / m)
         _CACHE.clear()
-        _CACHE.update(key=key, rows=out, learned={})
-    return key, _CACHE["rows"]
+        _CACHE[key] = out
+    return _CACHE[key]
 
 
-def _ratios(path: Path) -> dict[str, list[float]]:
-    """Per kind, the log's measured / model ratios in order."""
-    return {k: [r for _m, r in rows] for k, rows in _rows(path)[1].items()}
-
-
-def learned(kind: str, records: Path | None = None,
-            near: float | None = None) -> tuple[float, int] | None:
+def learned(kind: str, records: Path | None = None) -> tuple[float, int] | None:
     """(the learned factor of ``kind``, the trials it rests on), or None: learning off, or fewer
-    than MIN_TRIALS of this boot (``near``: of a trial whose model cost of ``kind`` is ``near``
-    cores, those of its size, :data:`NEAR`)."""
+    than MIN_TRIALS of this boot."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     if not enabled():
         return None
-    key, rows = _rows(log_path(records))
-    memo = _CACHE.setdefault("learned", {}) if len(key) > 1 else {}
-    if (kind, near) not in memo:
-        got = rows[kind] if near is None else [
-            (m, r) for m, r in rows[kind] if near / NEAR <= m <= near * NEAR]
-        ratios = [r for _m, r in got][-WINDOW:]
-        memo[(kind, near)] = None if len(ratios) < MIN_TRIALS else (
-            min(FACTOR_MAX, max(FACTOR_MIN, statistics.median(ratios) / REFERENCE[kind])),
-            len(ratios))
-    return memo[(kind, near)]
+    ratios = _ratios(log_path(records))[kind][-WINDOW:]
+    if len(ratios) < MIN_TRIALS:
+        return None
+    factor = statistics.median(ratios) / REFERENCE[kind]
+    return min(FACTOR_MAX, max(FACTOR_MIN, factor)), len(ratios)
 
 
 def summary(records: Path | None = None) -> dict:
