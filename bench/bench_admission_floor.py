@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -43,15 +42,11 @@ FAST_KBIT = 10_000
 
 
 def learned(log: Path) -> dict[str, float]:
-    """The log's learned factors (hostlearn.learned's rule, on this log rather than the boot's)."""
+    """The log's learned factors (hostlearn's rule, on this log rather than this boot's)."""
     ratios = hostlearn._ratios(log)
-    out = {}
-    for kind in hostlearn.KINDS:
-        r = ratios[kind][-hostlearn.WINDOW:]
-        if len(r) < hostlearn.MIN_TRIALS:
-            raise SystemExit(f"{log}: {len(r)} trials, fewer than {hostlearn.MIN_TRIALS}")
-        f = statistics.median(r) / hostlearn.REFERENCE[kind]
-        out[kind] = min(hostlearn.FACTOR_MAX, max(hostlearn.FACTOR_MIN, f))
+    out = {k: hostlearn.factor_from(ratios[k], k) for k in hostlearn.KINDS}
+    if None in out.values():
+        raise SystemExit(f"{log}: fewer than {hostlearn.MIN_TRIALS} trials")
     return out
 
 

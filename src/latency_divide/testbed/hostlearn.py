@@ -129,10 +129,17 @@ def learned(kind: str, records: Path | None = None) -> tuple[float, int] | None:
     if not enabled():
         return None
     ratios = _ratios(log_path(records))[kind][-WINDOW:]
+    factor = factor_from(ratios, kind)
+    return None if factor is None else (factor, len(ratios))
+
+
+def factor_from(ratios: list[float], kind: str) -> float | None:
+    """The learned factor of ``kind`` from a log's measured / model ratios in order (the last
+    WINDOW), or None below MIN_TRIALS."""
+    ratios = ratios[-WINDOW:]
     if len(ratios) < MIN_TRIALS:
         return None
-    factor = statistics.median(ratios) / REFERENCE[kind]
-    return min(FACTOR_MAX, max(FACTOR_MIN, factor)), len(ratios)
+    return min(FACTOR_MAX, max(FACTOR_MIN, statistics.median(ratios) / REFERENCE[kind]))
 
 
 def summary(records: Path | None = None) -> dict:
