@@ -30,7 +30,7 @@ from pathlib import Path
 
 from _trials import ROOT  # noqa: F401  (puts src/ on the path)
 
-from latency_divide.ops import admission
+from latency_divide.ops import admission, hostcost
 from latency_divide.ops.hostfit import profile_budget
 from latency_divide.ops.sweeptiming import sweep_timing
 from latency_divide.testbed import hostlearn
@@ -77,8 +77,7 @@ def main() -> int:
             continue  # an application-limited or remote trial: not in the log
         t = m["timing"]
         mean, rt = models[m["trial_id"]]
-        ask = admission.host_load(max(f["mean"] * mean, f["rt"] * admission.RT_HEADROOM * rt),
-                                  a.cores)
+        ask = hostcost.ask(mean, rt, f["mean"], f["rt"], a.cores)
         trials.append({"start": t["process_started_unix"], "end": t["transfer_ended_unix"],
                        "t0": t["transfer_started_unix"], "ask": ask, "rt": f["rt"] * rt,
                        "kbit": m["capacity_kbps"],

@@ -52,9 +52,17 @@ def trial_host_load(plan, direction: str, window_bytes: int | None, tool: str = 
     cores = admission.trial_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, busy_s,
                                   app=app)
     rt = admission.rt_cores(rate, plan.rtt_ms, window_bytes, tool, testbed, app=app)
-    rt_f = factor_here(factor if rt_factor is None else rt_factor, "rt")
-    return admission.host_load(max(factor_here(factor, "mean") * cores,
-                                   rt_f * admission.RT_HEADROOM * rt), cpu_count)
+    return ask(cores, rt, factor_here(factor, "mean"),
+               factor_here(factor if rt_factor is None else rt_factor, "rt"), cpu_count)
+
+
+def ask(cores: float, rt: float, factor: float, rt_factor: float,
+        cpu_count: int | None = None) -> int:
+    """The ``host_load`` of a trial whose model (at factor 1) gives ``cores`` for the whole
+    trial and ``rt`` real-time cores: the larger of the two scaled by their factors, the
+    real-time cores with their headroom (ops.admission.RT_HEADROOM)."""
+    return admission.host_load(max(factor * cores, rt_factor * admission.RT_HEADROOM * rt),
+                               cpu_count)
 
 
 def learn_from(spec, meta: dict, testbed: str = "local") -> dict | None:

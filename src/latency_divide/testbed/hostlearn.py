@@ -128,9 +128,9 @@ def learned(kind: str, records: Path | None = None) -> tuple[float, int] | None:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     if not enabled():
         return None
-    ratios = _ratios(log_path(records))[kind][-WINDOW:]
+    ratios = _ratios(log_path(records))[kind]
     factor = factor_from(ratios, kind)
-    return None if factor is None else (factor, len(ratios))
+    return None if factor is None else (factor, min(len(ratios), WINDOW))
 
 
 def factor_from(ratios: list[float], kind: str) -> float | None:
