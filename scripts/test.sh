@@ -5,8 +5,9 @@
 #
 # pytest runs in two phases (tests/conftest.py, the `shared` marker): first the tests that
 # measure nothing and time nothing, in two processes (pytest-xdist, a module to a process at a
-# time), with the lint and `cargo test` beside them (those tests leave about a quarter of the 2
-# cores idle); then every other test in one process, each with the host to itself (real
+# time, in the order tests/conftest.py gives them: the modules with the most slow tests first;
+# --no-loadscope-reorder keeps xdist from ordering them by their count of tests), with the lint
+# and `cargo test` beside them; then every other test in one process, each with the host to itself (real
 # trials, the host check, the Slurm cluster). Every step runs whatever an earlier one gave;
 # the exit status is the first failure's. pytest's 5 is "no test selected" (a -k or -m that
 # leaves a phase empty).
@@ -19,7 +20,7 @@ trap 'rm -f "$checks_log"' EXIT
 (./scripts/lint.sh && cargo test --release --locked --quiet --workspace) >"$checks_log" 2>&1 &
 checks_pid=$!
 rc_shared=0
-.venv/bin/python -m pytest -ra --durations=15 -n 2 --dist loadfile --phase shared "$@" \
+.venv/bin/python -m pytest -ra --durations=15 -n 2 --dist loadfile --no-loadscope-reorder --phase shared "$@" \
   || rc_shared=$?
 [ "$rc_shared" -eq 5 ] && rc_shared=0
 rc_checks=0

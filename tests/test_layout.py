@@ -450,6 +450,20 @@ def test_reanalyses():
     pass
 '''
 
+_PULLS = '''
+import pytest
+
+pytestmark = [pytest.mark.shared, pytest.mark.slow]
+
+
+def test_pulls():
+    pass
+
+
+def test_reanalyses_all():
+    pass
+'''
+
 _ALONE = '''
 import pytest
 
@@ -466,21 +480,25 @@ def test_dry_run():
 
 def test_the_two_phases_select_by_the_shared_marker_and_refuse_it_on_a_netns_test(pytester):
     """scripts/test.sh's phases (tests/conftest.py): --phase shared runs the tests marked
-    shared (a module's or one test's mark; the slow ones first), --phase alone every other
+    shared (a module's or one test's mark; whole modules, those with the most slow tests
+    first), --phase alone every other
     one, a test without the mark runs alone; a test marked shared and netns is an error."""
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
-    pytester.makepyfile(test_phased=_PHASED, test_alone=_ALONE)
+    pytester.makepyfile(test_phased=_PHASED, test_alone=_ALONE, test_pulls=_PULLS)
     pytester.makeini("[pytest]\nmarkers =\n    netns: gated\n    slow: long\n    shared: beside\n")
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "shared", "-v")
-    res.assert_outcomes(passed=3, deselected=1)
-    res.stdout.fnmatch_lines(["*test_phased.py::test_reanalyses PASSED*",
-                              "*test_alone.py::test_dry_run PASSED*",
-                              "*test_phased.py::test_parses PASSED*"])
+    res.assert_outcomes(passed=5, deselected=1)
+    # whole modules, the most slow tests first, then as collected (alphabetically)
+    res.stdout.fnmatch_lines(["*test_pulls.py::test_pulls PASSED*",
+                              "*test_pulls.py::test_reanalyses_all PASSED*",
+                              "*test_phased.py::test_parses PASSED*",
+                              "*test_phased.py::test_reanalyses PASSED*",
+                              "*test_alone.py::test_dry_run PASSED*"])
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "alone", "-v")
-    res.assert_outcomes(passed=1, deselected=3)
+    res.assert_outcomes(passed=1, deselected=5)
     res.stdout.fnmatch_lines(["*test_alone.py::test_measures PASSED*"])
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    res.assert_outcomes(passed=4)
+    res.assert_outcomes(passed=6)
     pytester.makepyfile(test_both="import pytest\n\n\n@pytest.mark.shared\n"
                                   "@pytest.mark.netns\ndef test_both():\n    pass\n")
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "shared")
