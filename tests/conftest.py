@@ -102,8 +102,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # once, the other process takes the rest. pytest-xdist hands the modules out in this
         # order with --no-loadscope-reorder (scripts/test.sh); by default it orders them by
         # their count of tests, and the re-analysis started behind others
+        # (then, as xdist's own order does, the modules with the most tests: in the quick tier,
+        # where none is slow, collection order alone took the shared phase from 97 s to 191 s)
         slow = collections.Counter(i.path for i in keep if i.get_closest_marker("slow"))
-        keep.sort(key=lambda i: -slow[i.path])
+        count = collections.Counter(i.path for i in keep)
+        keep.sort(key=lambda i: (-slow[i.path], -count[i.path]))
     items[:] = keep
 
 

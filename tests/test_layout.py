@@ -488,12 +488,26 @@ def test_the_two_phases_select_by_the_shared_marker_and_refuse_it_on_a_netns_tes
     pytester.makeini("[pytest]\nmarkers =\n    netns: gated\n    slow: long\n    shared: beside\n")
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "shared", "-v")
     res.assert_outcomes(passed=5, deselected=1)
-    # whole modules, the most slow tests first, then as collected (alphabetically)
+    # whole modules, the most slow tests first, then the most tests, then as collected
     res.stdout.fnmatch_lines(["*test_pulls.py::test_pulls PASSED*",
                               "*test_pulls.py::test_reanalyses_all PASSED*",
                               "*test_phased.py::test_parses PASSED*",
                               "*test_phased.py::test_reanalyses PASSED*",
                               "*test_alone.py::test_dry_run PASSED*"])
+    # without a slow test, the module with more tests first (test_alone's three before
+    # test_aa's one, collected first)
+    pytester.makepyfile(test_pulls="", test_phased="", test_alone=_ALONE.replace(
+        "def test_measures():", "@pytest.mark.shared\ndef test_a():\n    pass\n\n\n"
+        "@pytest.mark.shared\ndef test_b():\n    pass\n\n\ndef test_measures():"),
+        test_aa="import pytest\n\npytestmark = pytest.mark.shared\n\n\ndef test_one():\n"
+                 "    pass\n")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "shared", "-v")
+    res.assert_outcomes(passed=4, deselected=1)
+    res.stdout.fnmatch_lines(["*test_alone.py::test_a PASSED*", "*test_alone.py::test_b PASSED*",
+                              "*test_alone.py::test_dry_run PASSED*",
+                              "*test_aa.py::test_one PASSED*"])
+    pytester.makepyfile(test_pulls=_PULLS, test_phased=_PHASED, test_alone=_ALONE)
+    (pytester.path / "test_aa.py").unlink()
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--phase", "alone", "-v")
     res.assert_outcomes(passed=1, deselected=5)
     res.stdout.fnmatch_lines(["*test_alone.py::test_measures PASSED*"])
