@@ -22,8 +22,8 @@ The ``shared`` marker names the tests (a module's ``pytestmark`` or one test's d
 that measure nothing and time nothing (parsing, tables, figures, configs, docs, dry runs, the
 re-analysis of published data): they may run beside another test. scripts/test.sh runs the
 tests in two phases: ``--phase shared`` in two processes (pytest-xdist, a module to a process
-at a time, the modules with the most slow tests first), then ``--phase alone`` in one, where every other test
-(a real trial, the host check, the Slurm cluster, the SSH testbed, anything that reads the
+at a time, the modules with the most slow tests first), then ``--phase alone`` in one,
+where every other test (a real trial, the host check, the Slurm cluster, the SSH testbed, anything that reads the
 host's clock or load) has the host to itself. A test marked ``shared`` and ``netns`` is an
 error: a namespace test changes the host.
 """
@@ -97,13 +97,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gone:
         config.hook.pytest_deselected(items=gone)
     if phase == "shared":
-        # whole modules, those with the most slow tests first (the re-analysis: about 270 s of
-        # the phase's 510 s of tests, 2026-12-07), the rest as collected: the longest starts at
-        # once, the other process takes the rest. pytest-xdist hands the modules out in this
-        # order with --no-loadscope-reorder (scripts/test.sh); by default it orders them by
-        # their count of tests, and the re-analysis started behind others
-        # (then, as xdist's own order does, the modules with the most tests: in the quick tier,
-        # where none is slow, collection order alone took the shared phase from 97 s to 191 s)
+        # whole modules: those with the most slow tests first (the re-analysis: about 270 s of
+        # the phase's 510 s of tests, 2026-12-07), then those with the most tests (xdist's own
+        # order; collection order took the quick tier's shared phase from 174 s to 191 s).
+        # pytest-xdist hands them out in this order with --no-loadscope-reorder
+        # (scripts/test.sh); by its own order the re-analysis started behind others
         slow = collections.Counter(i.path for i in keep if i.get_closest_marker("slow"))
         count = collections.Counter(i.path for i in keep)
         keep.sort(key=lambda i: (-slow[i.path], -count[i.path]))
