@@ -55,8 +55,17 @@ def _env(tmp: Path) -> dict[str, str]:
 
 def fresh_clone(tmp: Path, env) -> Path:
     """A clone of a repository holding exactly this working tree's files (tracked, and new
-    ones git does not ignore), with .venv linked in as setup would have made it."""
+    ones git does not ignore), with .venv linked in as setup would have made it. A working
+    tree that is its commit (CI's fresh clone) is cloned itself: copying it and committing
+    the copy took 12 s of which 10.5 s of CPU, the clone 0.8 s (2026-12-07, issue 59)."""
     (tmp / "gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    clone = tmp / "clone"
+    changed = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    if not changed:
+        run(["git", "clone", "-q", str(ROOT), str(clone)], tmp, env)
+        (clone / ".venv").symlink_to(ROOT / ".venv")
+        return clone
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                            cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     origin = tmp / "origin"
@@ -70,7 +79,6 @@ def fresh_clone(tmp: Path, env) -> Path:
     run(["git", "init", "-q"], origin, env)
     run(["git", "add", "-A"], origin, env)
     run(["git", "commit", "-q", "-m", "working tree"], origin, env)
-    clone = tmp / "clone"
     run(["git", "clone", "-q", str(origin), str(clone)], tmp, env)
     (clone / ".venv").symlink_to(ROOT / ".venv")
     return clone
