@@ -7,10 +7,10 @@
 # measure nothing and time nothing, in two processes (pytest-xdist, a module to a process at a
 # time, in the order tests/conftest.py gives them: the modules with the most slow tests first;
 # --no-loadscope-reorder keeps xdist from ordering them by their count of tests alone), with the
-# lint and `cargo test` beside them; then every other test in one process, each with the host to
-# itself (real trials, the host check, the Slurm cluster). Every step runs whatever an earlier one gave;
-# the exit status is the first failure's. pytest's 5 is "no test selected" (a -k or -m that
-# leaves a phase empty).
+# lint and `cargo test` beside them; then every other test in one process, each with the host
+# to itself (real trials, the host check, the Slurm cluster). Every step runs whatever an
+# earlier one gave; the exit status is the first failure's. pytest's 5 is "no test selected"
+# (a -k or -m that leaves a phase empty).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 checks_log=$(mktemp -t ld-test-checks.XXXXXX)

@@ -24,8 +24,8 @@ re-analysis of published data): they may run beside another test. scripts/test.s
 tests in two phases: ``--phase shared`` in two processes (pytest-xdist, a module to a process
 at a time, the modules with the most slow tests first), then ``--phase alone`` in one,
 where every other test (a real trial, the host check, the Slurm cluster, the SSH testbed,
-anything that reads the host's clock or load) has the host to itself. A test marked ``shared`` and ``netns`` is an
-error: a namespace test changes the host.
+anything that reads the host's clock or load) has the host to itself. A test marked
+``shared`` and ``netns`` is an error: a namespace test changes the host.
 """
 
 from __future__ import annotations

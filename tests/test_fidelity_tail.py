@@ -91,7 +91,8 @@ def _admitted_at_once(wf: Path, env: dict) -> int:
     return at_once
 
 
-def _start_alone(hh: int, direction: str, out: Path) -> tuple[subprocess.Popen, Path]:
+def _start_alone(hh: int, direction: str, out: Path,
+                 env: dict) -> tuple[subprocess.Popen, Path]:
     """Trial ``hh`` ``direction`` with Copa δ = 0.8 outside the workflow (`latency-divide
     trial`, retried on a transient failure as the sweep's trials are: trial.retries), started;
     its stdout and stderr go to a file beside its results, which says why when it fails."""
@@ -102,8 +103,8 @@ def _start_alone(hh: int, direction: str, out: Path) -> tuple[subprocess.Popen, 
                                  "--direction", direction, "--cc", "copa", "--delta", "0.8",
                                  "--duration", str(DURATION), "--idle", str(IDLE), "--retries",
                                  "2", "--out", str(out)],
-                                env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"},
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                                env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     return proc, out
 
 
@@ -174,7 +175,7 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
     # the first two references run side by side (two trials against the sweep's 22-28 at
     # once; one after the other they cost the tier about 38 s more, issue 59), the third only
     # when one of them is left out
-    runs = {key: _start_alone(*key, tmp_path / "alone" / str(i))
+    runs = {key: _start_alone(*key, tmp_path / "alone" / str(i), env)
             for i, key in enumerate(ALONE[:2])}
     wrong, not_stalled = [], []
     compared, compared_fast = 0, 0
@@ -183,7 +184,8 @@ def test_every_trial_of_a_churning_sweep_is_right(tmp_path):
             if compared >= 2 and compared_fast >= 1:
                 break  # enough compared: the third alone run is for a first two left out
             if (hh, direction) not in runs:
-                runs[(hh, direction)] = _start_alone(hh, direction, tmp_path / "alone" / "2")
+                runs[(hh, direction)] = _start_alone(hh, direction, tmp_path / "alone" / "2",
+                                                     env)
             alone_dir = _alone_dir(runs[(hh, direction)], hh, direction)
             alone_health = json.loads((alone_dir / "meta.json").read_text())["health"]
             if (hh, direction, "copa-0.8") in stalled or alone_health["verdict"] != "pass":

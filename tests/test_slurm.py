@@ -152,15 +152,27 @@ def _wait(pred, timeout: float, what: str, proc=None) -> None:
         time.sleep(0.25)
 
 
+def _start(argv: list[str], wf: Path, env: dict) -> subprocess.Popen:
+    """``argv`` started in workflow directory ``wf``, its output to wf/snakemake.log."""
+    with open(wf / "snakemake.log", "w") as f:
+        return subprocess.Popen(argv, cwd=wf, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _stop(*procs: subprocess.Popen) -> None:
+    """Processes of :func:`_start` still running (a check failed first): their own teardown."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(timeout=120)
+
+
 def _start_local(base: Path) -> tuple[subprocess.Popen, Path]:
     """The Slurm sweep's workflow run by the local executor (`snakemake --cores 1 trials`),
     started; its output goes to snakemake.log in its workflow directory."""
     local = _workflow(base / "sweep-local")
-    with open(local / "snakemake.log", "w") as f:
-        proc = subprocess.Popen([str(VENV_BIN / "snakemake"), "--cores", "1", "trials",
-                                 "--configfile", "config/slurm.yaml"], cwd=local, env=_env(),
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, local
+    return _start([str(VENV_BIN / "snakemake"), "--cores", "1", "trials", "--configfile",
+                   "config/slurm.yaml"], local, _env()), local
 
 
 def _agrees_with_local(lab: SlurmLab, base: Path, metas: list[Path], local: Path) -> None:
@@ -369,10 +381,7 @@ def test_killed_trials_leave_nothing_and_the_rerun_completes_and_agrees_with_loc
         assert local[0].wait(timeout=600) == 0, (
             (local[1] / "snakemake.log").read_text()[-4000:])
     finally:
-        for p in (proc, *([local[0]] if local else [])):
-            if p.poll() is None:  # a check failed first: the local run's own teardown
-                p.terminate()
-                p.wait(timeout=120)
+        _stop(proc, *([local[0]] if local else []))
     assert proc.returncode != 0, out[-3000:]
     # no namespace left (the Epilog cleans what SIGKILL left; give the jobs time to end)
     _wait(lambda: not _ld_namespaces(), 90, f"namespaces to go: {_ld_namespaces()}")
@@ -415,16 +424,12 @@ def bad_tool_run(lab, base):
     one after the other they cost the tier about 40 s more, issue 59)."""
     wf = _workflow(base / "badtool", households={"0-30": [11406]}, variants=("cubic",),
                    directions=("uplink",), duration=5, idle=1)
-    with open(wf / "snakemake.log", "w") as f:
-        proc = subprocess.Popen(_slurm_argv(wf), cwd=wf, stdout=f, stderr=subprocess.STDOUT,
-                                env=_env(lab, LATENCY_DIVIDE_TOOL_SHA256="0" * 64),
-                                start_new_session=True)
+    t0 = time.time()
+    proc = _start(_slurm_argv(wf), wf, _env(lab, LATENCY_DIVIDE_TOOL_SHA256="0" * 64))
     try:
-        yield wf, proc, time.time()
+        yield wf, proc, t0
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=120)
+        _stop(proc)
 
 
 @pytest.mark.netns
