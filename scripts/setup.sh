@@ -73,6 +73,55 @@ if ! command -v cargo >/dev/null 2>&1; then
   log "cargo not found: install Rust (https://rustup.rs) or Debian's cargo package"
   exit 1
 fi
-log "building the Rust tools (first build compiles BoringSSL: ~3 min)"
-cargo build --release --locked --quiet -p tquic-perf -p delayline -p qsampler -p hostprobe
+# BoringSSL, which tquic's build script compiles (about 1 of the build's 2 minutes on 2 cores),
+# is kept in this machine's cache after the first build and linked from there by the next
+# clone's (tquic's build script takes a built BoringSSL from BORINGSSL_LIB_DIR): the same two
+# static libraries, keyed by everything that went into them. LATENCY_DIVIDE_NO_BUILD_CACHE=1
+# builds it in the clone and leaves the cache alone; removing the cache directory is safe.
+cache_root=${LATENCY_DIVIDE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/latency-divide}
+ssl_key=$({
+  grep -A3 '^name = "tquic"$' Cargo.lock
+  sed -n '/^\[profile\.release\]/,/^\[/p' Cargo.toml
+  rustc -vV; cmake --version; cc --version; c++ --version; uname -m
+  env | grep -E '^(CC|CXX|CFLAGS|CXXFLAGS|LDFLAGS|CMAKE_[A-Z_]+|TARGET_[A-Z_]+)=' | sort || true
+} 2>&1 | sha256sum | cut -c1-16)
+ssl_dir=$cache_root/boringssl/$ssl_key
+# a clone built against a cache entry that is gone rebuilds tquic's link to BoringSSL
+for out in target/release/build/tquic-*/output; do
+  [ -f "$out" ] || continue
+  dir=$(sed -n 's|^cargo:rustc-link-search=native=||p' "$out" | head -1)
+  if [ -n "$dir" ] && ! [ -f "$dir/libssl.a" ]; then
+    log "BoringSSL of an earlier build is gone ($dir): rebuilding tquic"
+    cargo clean --release --quiet -p tquic
+    break
+  fi
+done
+use_cache=${LATENCY_DIVIDE_NO_BUILD_CACHE:+no}
+if [ "$use_cache" != no ] && [ -f "$ssl_dir/libssl.a" ] && [ -f "$ssl_dir/libcrypto.a" ]; then
+  export BORINGSSL_LIB_DIR=$ssl_dir
+  log "building the Rust tools (BoringSSL from this machine's cache, $ssl_dir)"
+else
+  log "building the Rust tools (the first build compiles BoringSSL: 1-3 min)"
+fi
+# the build's messages name the directory tquic's build script linked BoringSSL from
+ssl_built=$(cargo build --release --locked --quiet --message-format=json-render-diagnostics \
+    -p tquic-perf -p delayline -p qsampler -p hostprobe | .venv/bin/python -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    pkg = m.get("package_id", "")
+    if m.get("reason") == "build-script-executed" and ("#tquic@" in pkg or pkg.startswith("tquic ")):
+        print(*(p.split("=", 1)[-1] for p in m["linked_paths"][:1]))')
+if [ "$use_cache" != no ] && [ -z "${BORINGSSL_LIB_DIR:-}" ] && ! [ -d "$ssl_dir" ] \
+    && [ -f "$ssl_built/libssl.a" ] && [ -f "$ssl_built/libcrypto.a" ]; then
+  # keep this build's BoringSSL for the next clone: copied whole, then renamed into place
+  mkdir -p "$cache_root/boringssl"
+  tmp=$(mktemp -d "$cache_root/boringssl/.tmp.XXXXXX")
+  cp "$ssl_built/libssl.a" "$ssl_built/libcrypto.a" "$tmp/"
+  if mv -T "$tmp" "$ssl_dir" 2>/dev/null; then
+    log "kept BoringSSL for the next clone's build: $ssl_dir"
+  else
+    rm -rf "$tmp"
+  fi
+fi
 log "ready: .venv/bin/latency-divide, target/release/tquic-perf, target/release/delayline, target/release/qsampler, target/release/hostprobe, target/release/stallinject"
