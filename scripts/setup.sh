@@ -83,14 +83,14 @@ fi
 # clone's (tquic's build script takes a built BoringSSL from BORINGSSL_LIB_DIR): the same two
 # static libraries, keyed by everything that went into them. LATENCY_DIVIDE_NO_BUILD_CACHE=1
 # builds it in the clone and leaves the cache alone; removing the cache directory is safe.
-cache_root=${LATENCY_DIVIDE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/latency-divide}
+ssl_cache=${XDG_CACHE_HOME:-$HOME/.cache}/latency-divide/boringssl
 ssl_key=$({
   grep -A3 '^name = "tquic"$' Cargo.lock
   sed -n '/^\[profile\.release\]/,/^\[/p' Cargo.toml
   rustc -vV; cmake --version; cc --version; c++ --version; uname -m
   env | grep -E '^(CC|CXX|CFLAGS|CXXFLAGS|LDFLAGS|CMAKE_[A-Z_]+|TARGET_[A-Z_]+)=' | sort || true
 } 2>&1 | sha256sum | cut -c1-16)
-ssl_dir=$cache_root/boringssl/$ssl_key
+ssl_dir=$ssl_cache/$ssl_key
 # a clone built against a cache entry that is gone rebuilds tquic's link to BoringSSL
 for out in target/release/build/tquic-*/output; do
   [ -f "$out" ] || continue
@@ -121,8 +121,8 @@ for line in sys.stdin:
 if [ "$use_cache" != no ] && [ -z "${BORINGSSL_LIB_DIR:-}" ] && ! [ -d "$ssl_dir" ] \
     && [ -f "$ssl_built/libssl.a" ] && [ -f "$ssl_built/libcrypto.a" ]; then
   # keep this build's BoringSSL for the next clone: copied whole, then renamed into place
-  mkdir -p "$cache_root/boringssl"
-  tmp=$(mktemp -d "$cache_root/boringssl/.tmp.XXXXXX")
+  mkdir -p "$ssl_cache"
+  tmp=$(mktemp -d "$ssl_cache/.tmp.XXXXXX")
   cp "$ssl_built/libssl.a" "$ssl_built/libcrypto.a" "$tmp/"
   if mv -T "$tmp" "$ssl_dir" 2>/dev/null; then
     log "kept BoringSSL for the next clone's build: $ssl_dir"

@@ -43,6 +43,13 @@ import pytest
 
 pytest_plugins = ["pytester"]  # test_layout.py runs the gate below in a session of its own
 
+# pytest rewrites the asserts of each test module it imports and keeps the result as a .pyc
+# file, unless Python may not write bytecode: where PYTHONDONTWRITEBYTECODE is set (as on CI's
+# machines), every pytest process rewrote all the modules again, half of the 9 s it took to
+# collect the tests (2026-12-07). This lets this process write them; the environment its
+# subprocesses get is unchanged.
+sys.dont_write_bytecode = False
+
 #: The checkout under test.
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -111,6 +118,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def ssh_lab():
+    """The four-node SSH lab (tests/sshlab.py: namespaces with real sshd), up once a session
+    for test_ssh_hostcheck.py and test_ssh_testbed.py: bringing it up and provisioning it took
+    6 s for each (2026-12-07). Down at the session's end, checked."""
+    if not Path("/usr/sbin/sshd").exists():
+        pytest.fail("needs OpenSSH's sshd (/usr/sbin/sshd): run scripts/setup.sh")
+    for b in ("tquic-perf", "delayline"):
+        if not (ROOT / "target" / "release" / b).exists():
+            pytest.fail(f"needs target/release/{b}: run scripts/setup.sh")
+    from sshlab import make_lab
+
+    lab = make_lab()
+    try:
+        yield lab
+    finally:
+        errors = lab.down()
+        shutil.rmtree(lab.dir, ignore_errors=True)
+        assert not errors, errors
+
+
+@pytest.fixture(scope="session")
+def ssh_provisioned(ssh_lab):
+    """Provision the lab with the command line tool (`latency-divide provision`), check what
+    it found on each node, and return the inventory's path."""
+    import json
+
+    from latency_divide.testbed.inventory import load_inventory
+
+    lab = ssh_lab
+    inv = lab.write_inventory(lab.dir / "inventory.yaml")
+    out = lab.dir / "provision"
+    res = subprocess.run([str(VENV_BIN / "latency-divide"), "provision", "--inventory",
+                          str(inv), "--out", str(out)], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    sl = load_inventory(inv).slices[0].name
+    for role in ("server", "gateway", "delay", "client"):
+        facts = json.loads((out / sl / f"{role}.json").read_text())
+        assert facts["role"] == {"server": "srv", "gateway": "gw", "delay": "dly",
+                                 "client": "cli"}[role]
+    files = json.loads((out / sl / "server.json").read_text())["files"]
+    assert files["tquic-perf"]["path"].startswith(str(lab.dir / "work" / "bin"))
+    assert not json.loads((out / sl / "delay.json").read_text())["netem"]  # this kernel has none
+    return inv
 
 
 @functools.cache

@@ -41,47 +41,16 @@ from latency_divide.trial.rawio import full_meta
 HOUSEHOLD = 11406  # 3498 kbit/s down, 1150 up, 67.2 ms RTT
 
 
-def _need_lab():
-    # root and namespaces: the netns marker (conftest); what the setup installs must be here
-    if not Path("/usr/sbin/sshd").exists():
-        pytest.fail("needs OpenSSH's sshd (/usr/sbin/sshd): run scripts/setup.sh")
-    for b in ("tquic-perf", "delayline"):
-        if not (ROOT / "target" / "release" / b).exists():
-            pytest.fail(f"needs target/release/{b}: run scripts/setup.sh")
+@pytest.fixture
+def lab(ssh_lab):
+    """The SSH lab of this session (tests/conftest.py), shared with test_ssh_hostcheck.py."""
+    return ssh_lab
 
 
-@pytest.fixture(scope="module")
-def lab():
-    _need_lab()
-    from sshlab import make_lab
-
-    lab = make_lab()
-    try:
-        yield lab
-    finally:
-        errors = lab.down()
-        shutil.rmtree(lab.dir, ignore_errors=True)
-        assert not errors, errors
-
-
-@pytest.fixture(scope="module")
-def provisioned(lab):
-    """Provision the lab with the command line tool; return the inventory path."""
-    inv = lab.write_inventory(lab.dir / "inventory.yaml")
-    out = lab.dir / "provision"
-    res = subprocess.run([str(ROOT / ".venv" / "bin" / "latency-divide"), "provision",
-                          "--inventory", str(inv), "--out", str(out)],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
-    sl = load_inventory(inv).slices[0].name
-    for role in ("server", "gateway", "delay", "client"):
-        facts = json.loads((out / sl / f"{role}.json").read_text())
-        assert facts["role"] == {"server": "srv", "gateway": "gw", "delay": "dly",
-                                 "client": "cli"}[role]
-    files = json.loads((out / sl / "server.json").read_text())["files"]
-    assert files["tquic-perf"]["path"].startswith(str(lab.dir / "work" / "bin"))
-    assert not json.loads((out / sl / "delay.json").read_text())["netem"]  # this kernel has none
-    return inv
+@pytest.fixture
+def provisioned(ssh_provisioned):
+    """The lab provisioned by the command line tool: its inventory's path (conftest.py)."""
+    return ssh_provisioned
 
 
 def _spec(direction="downlink"):
