@@ -4,7 +4,8 @@
   before ``--configfile``'s files (Snakemake reads every word after ``--configfile`` as a config
   file: ``--configfile config/quick.yaml all`` stops at once with FileNotFoundError 'all');
   ``make quick`` and ``make all`` build their DAG (their recipes, as make prints them, with
-  ``--dry-run``);
+  ``--dry-run``); the set-up keeps the BoringSSL that tquic's build script compiled in the
+  machine's cache, and the next set-up links from it;
 - slow tier: ``make quick`` itself on a fresh clone of the working tree (set-up, 8 real trials,
   tables and figures). The re-analysis of the published data as typed (``dvc pull``, then
   ``snakemake --cores 1 all``) is tests/test_reanalysis.py.
@@ -115,6 +116,43 @@ def test_make_quick_and_make_all_build_their_dag(target, trials, tmp_path):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     if trials is not None:
         assert job_counts(res.stdout).get("trial") == trials, res.stdout[-3000:]
+
+
+@pytest.mark.shared  # builds nothing: cargo finds the checkout's build current
+def test_setup_keeps_boringssl_and_the_next_setup_links_from_it(tmp_path):
+    """scripts/setup.sh as `make` runs it, three times against a cache of its own
+    (XDG_CACHE_HOME): the first keeps the two static libraries tquic's build linked (byte for
+    byte), under a key of what went into them; the second finds them and says it links from
+    them; with LATENCY_DIVIDE_NO_BUILD_CACHE=1 it neither reads nor adds an entry."""
+    import filecmp
+    import glob
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cache = tmp_path / "cache" / "latency-divide" / "boringssl"
+
+    def setup(**extra) -> str:
+        res = subprocess.run(["./scripts/setup.sh"], cwd=ROOT, env={**env, **extra},
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stderr
+
+    first = setup()
+    entries = sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+    assert len(entries) == 1 and f"kept BoringSSL for the next clone's build: {entries[0]}" in \
+        first, first
+    assert re.fullmatch(r"[0-9a-f]{16}", entries[0].name)
+    outputs = glob.glob(str(ROOT / "target/release/build/tquic-*/output"))
+    linked = {line.split("=", 2)[2] for o in outputs for line in open(o).read().splitlines()
+              if line.startswith("cargo:rustc-link-search=native=")}
+    built = [d for d in linked if os.path.isfile(f"{d}/libssl.a")]
+    assert built and all(filecmp.cmp(f"{built[0]}/{lib}", entries[0] / lib, shallow=False)
+                         for lib in ("libssl.a", "libcrypto.a")), (linked, entries)
+    second = setup()
+    assert f"BoringSSL from this machine's cache, {entries[0]}" in second, second
+    assert "kept BoringSSL" not in second, second
+    off = setup(LATENCY_DIVIDE_NO_BUILD_CACHE="1")
+    assert "the first build compiles BoringSSL" in off and "kept" not in off, off
+    assert sorted(cache.iterdir()) == entries  # nothing added, no temporary left
 
 
 @pytest.mark.slow
