@@ -4,10 +4,10 @@
   before ``--configfile``'s files (Snakemake reads every word after ``--configfile`` as a config
   file: ``--configfile config/quick.yaml all`` stops at once with FileNotFoundError 'all');
   ``make quick`` and ``make all`` build their DAG (their recipes, as make prints them, with
-  ``--dry-run``); the set-up keeps the BoringSSL that tquic's build script compiled in the
-  machine's cache, and the next set-up links from it;
-- slow tier: ``make quick`` itself on a fresh clone of the working tree (set-up, 8 real trials,
-  tables and figures). The re-analysis of the published data as typed (``dvc pull``, then
+  ``--dry-run``);
+- slow tier: the set-up keeps the BoringSSL that tquic's build script compiled in the
+  machine's cache, and the next set-up links from it; ``make quick`` itself on a fresh clone
+  of the working tree (set-up, 8 real trials, tables and figures). The re-analysis of the published data as typed (``dvc pull``, then
   ``snakemake --cores 1 all``) is tests/test_reanalysis.py.
 """
 
@@ -118,6 +118,7 @@ def test_make_quick_and_make_all_build_their_dag(target, trials, tmp_path):
         assert job_counts(res.stdout).get("trial") == trials, res.stdout[-3000:]
 
 
+@pytest.mark.slow  # its cargo build may wait for the lint's, which runs beside (scripts/test.sh)
 @pytest.mark.shared  # builds nothing: cargo finds the checkout's build current
 def test_setup_keeps_boringssl_and_the_next_setup_links_from_it(tmp_path):
     """scripts/setup.sh as `make` runs it, three times against a cache of its own
