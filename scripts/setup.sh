@@ -69,8 +69,10 @@ if [ "$(cat "$pyc_stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m compileall -q -j 0 -x 'site-packages/[^/]+/(.*/)?tests?/' \
     .venv/lib/python3*/site-packages >/dev/null 2>&1 &
   pyc_pid=$!
-  trap '[ -z "$pyc_pid" ] || kill "$pyc_pid" 2>/dev/null || true' EXIT
 fi
+ssl_tmp=
+# on any exit: the byte-compiling stopped, a half-copied cache entry removed
+trap '[ -z "$pyc_pid" ] || kill "$pyc_pid" 2>/dev/null || true; [ -z "$ssl_tmp" ] || rm -rf "$ssl_tmp"' EXIT
 .venv/bin/python -m compileall -q src >/dev/null
 
 # --- Rust tools -------------------------------------------------------------------------
@@ -118,16 +120,21 @@ for line in sys.stdin:
     is_tquic = "#tquic@" in pkg or pkg.startswith("tquic ")
     if m.get("reason") == "build-script-executed" and is_tquic:
         print(*(p.split("=", 1)[-1] for p in m["linked_paths"][:1]))')
+# kept: what this clone's build compiled, or an entry of the same key (another cache's)
+case "$ssl_built" in
+  "$PWD"/target/*|*/"$ssl_key"|*/"$ssl_key"/) ssl_ours=yes ;;
+  *) ssl_ours=no ;;
+esac
 if [ "$use_cache" != no ] && [ -z "${BORINGSSL_LIB_DIR:-}" ] && ! [ -d "$ssl_dir" ] \
-    && [ -f "$ssl_built/libssl.a" ] && [ -f "$ssl_built/libcrypto.a" ]; then
-  # keep this build's BoringSSL for the next clone: copied whole, then renamed into place
+    && [ "$ssl_ours" = yes ] && [ -f "$ssl_built/libssl.a" ] && [ -f "$ssl_built/libcrypto.a" ]
+then
+  # copied whole into a temporary directory, then renamed into place
   mkdir -p "$ssl_cache"
-  tmp=$(mktemp -d "$ssl_cache/.tmp.XXXXXX")
-  cp "$ssl_built/libssl.a" "$ssl_built/libcrypto.a" "$tmp/"
-  if mv -T "$tmp" "$ssl_dir" 2>/dev/null; then
+  ssl_tmp=$(mktemp -d "$ssl_cache/.tmp.XXXXXX")
+  cp "$ssl_built/libssl.a" "$ssl_built/libcrypto.a" "$ssl_tmp/"
+  if mv -T "$ssl_tmp" "$ssl_dir" 2>/dev/null; then
+    ssl_tmp=
     log "kept BoringSSL for the next clone's build: $ssl_dir"
-  else
-    rm -rf "$tmp"
   fi
 fi
 if [ -n "$pyc_pid" ]; then
