@@ -70,9 +70,10 @@ if [ "$(cat "$pyc_stamp" 2>/dev/null)" != "$want" ]; then
     .venv/lib/python3*/site-packages >/dev/null 2>&1 &
   pyc_pid=$!
 fi
-ssl_tmp=
-# on any exit: the byte-compiling stopped, a half-copied cache entry removed
-trap '[ -z "$pyc_pid" ] || kill "$pyc_pid" 2>/dev/null || true; [ -z "$ssl_tmp" ] || rm -rf "$ssl_tmp"' EXIT
+ssl_tmp= tgt_tmp=
+# on any exit: the byte-compiling stopped, a half-copied cache entry or target/ removed
+trap '[ -z "$pyc_pid" ] || kill "$pyc_pid" 2>/dev/null || true
+      [ -z "$ssl_tmp" ] || rm -rf "$ssl_tmp"; [ -z "$tgt_tmp" ] || rm -rf "$tgt_tmp"' EXIT
 .venv/bin/python -m compileall -q src >/dev/null
 
 # --- Rust tools -------------------------------------------------------------------------
@@ -93,17 +94,44 @@ ssl_key=$({
   env | grep -E '^(CC|CXX|CFLAGS|CXXFLAGS|LDFLAGS|CMAKE_[A-Z_]+|TARGET_[A-Z_]+)=' | sort || true
 } 2>&1 | sha256sum | cut -c1-16)
 ssl_dir=$ssl_cache/$ssl_key
-# a clone built against a cache entry that is gone rebuilds tquic's link to BoringSSL
-for out in target/release/build/tquic-*/output; do
-  [ -f "$out" ] || continue
-  dir=$(sed -n 's|^cargo:rustc-link-search=native=||p' "$out" | head -1)
-  if [ -n "$dir" ] && ! [ -f "$dir/libssl.a" ]; then
-    log "BoringSSL of an earlier build is gone ($dir): rebuilding tquic"
-    cargo clean --release --quiet -p tquic
-    break
-  fi
-done
 use_cache=${LATENCY_DIVIDE_NO_BUILD_CACHE:+no}
+ours=(-p tquic-perf -p delayline -p qsampler -p hostprobe)
+# the directory tquic's build in target directory $1 linked BoringSSL from (empty: none)
+tquic_link() {
+  local out
+  for out in "$1"/build/tquic-*/output; do
+    if [ -f "$out" ]; then
+      sed -n '/^cargo:rustc-link-search=native=/{s///p;q}' "$out"
+      return
+    fi
+  done
+}
+# The crates.io crates (all but ours: about 45 s of a clone's build on 2 cores, BoringSSL aside)
+# come from this machine's last build: a clone with no target/ starts from a copy of its
+# target/release, ours removed from it (`cargo clean -p`: they are always built from this
+# clone's sources), and cargo's own checks (each crate's version, rustc, profile, flags) decide
+# what is current. One entry (about 750 MB), keyed by BoringSSL's key and Cargo.lock.
+tgt_cache=${XDG_CACHE_HOME:-$HOME/.cache}/latency-divide/target
+tgt_key=$({ echo "$ssl_key"; cat Cargo.lock; } | sha256sum | cut -c1-16)
+tgt_dir=$tgt_cache/$tgt_key
+seeded=no
+if [ "$use_cache" != no ] && ! [ -e target ] && [ -d "$tgt_dir/release" ] \
+    && [ -f "$ssl_dir/libssl.a" ] && [ -f "$ssl_dir/libcrypto.a" ]; then
+  tgt_tmp=$(mktemp -d ./.ld-target.XXXXXX)
+  if cp -a "$tgt_dir/release" "$tgt_tmp/release" && mv -T "$tgt_tmp" target; then
+    tgt_tmp= seeded=yes
+    cargo clean --release --locked --quiet "${ours[@]}"
+    log "target/ copied from this machine's last build ($tgt_dir): building ours"
+  fi
+fi
+# tquic is linked again when the BoringSSL its build linked is gone, or (a copied target/) is
+# not the cache's
+dir=$(tquic_link target/release)
+if [ -n "$dir" ] && { ! [ -f "$dir/libssl.a" ] || { [ "$seeded" = yes ] && [ "$dir" != "$ssl_dir" ]; }; }
+then
+  log "tquic's build linked BoringSSL from $dir: rebuilding tquic"
+  cargo clean --release --locked --quiet -p tquic
+fi
 if [ "$use_cache" != no ] && [ -f "$ssl_dir/libssl.a" ] && [ -f "$ssl_dir/libcrypto.a" ]; then
   export BORINGSSL_LIB_DIR=$ssl_dir
   log "building the Rust tools (BoringSSL from this machine's cache, $ssl_dir)"
@@ -112,7 +140,7 @@ else
 fi
 # the build's messages name the directory tquic's build script linked BoringSSL from
 ssl_built=$(cargo build --release --locked --quiet --message-format=json-render-diagnostics \
-    -p tquic-perf -p delayline -p qsampler -p hostprobe | .venv/bin/python -c '
+    "${ours[@]}" | .venv/bin/python -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -135,6 +163,27 @@ then
   if mv -T "$ssl_tmp" "$ssl_dir" 2>/dev/null; then
     ssl_tmp=
     log "kept BoringSSL for the next clone's build: $ssl_dir"
+  fi
+fi
+# kept for the next clone (above); an entry whose tquic links a BoringSSL other than the cache's
+# is replaced by a build whose tquic links the cache's
+if [ "$use_cache" != no ] && [ -f "$ssl_dir/libssl.a" ] && { ! [ -d "$tgt_dir" ] || {
+     [ "${ssl_built%/}" = "$ssl_dir" ] && [ "$(tquic_link "$tgt_dir/release")" != "$ssl_dir" ]; }; }
+then
+  mkdir -p "$tgt_cache"
+  tgt_tmp=$(mktemp -d "$tgt_cache/.tmp.XXXXXX")
+  # under cargo's lock of target/release: no cargo writes into it while it is copied
+  if flock target/release/.cargo-lock cp -a target/release "$tgt_tmp/release"; then
+    old=$tgt_cache/.old.$$
+    [ -d "$tgt_dir" ] && mv -T "$tgt_dir" "$old"
+    if mv -T "$tgt_tmp" "$tgt_dir" 2>/dev/null; then
+      tgt_tmp=
+      log "kept this build's crates for the next clone's: $tgt_dir"
+    fi
+    rm -rf "$old"
+    for entry in "$tgt_cache"/*; do  # one entry
+      [ "$entry" = "$tgt_dir" ] || rm -rf "$entry"
+    done
   fi
 fi
 if [ -n "$pyc_pid" ]; then

@@ -118,21 +118,31 @@ def test_make_quick_and_make_all_build_their_dag(target, trials, tmp_path):
         assert job_counts(res.stdout).get("trial") == trials, res.stdout[-3000:]
 
 
-@pytest.mark.slow  # its cargo build may wait for the lint's, which runs beside (scripts/test.sh)
-@pytest.mark.shared  # builds nothing: cargo finds the checkout's build current
-def test_setup_keeps_boringssl_and_the_next_setup_links_from_it(tmp_path):
-    """scripts/setup.sh as `make` runs it, three times against a cache of its own
-    (XDG_CACHE_HOME): the first keeps the two static libraries tquic's build linked (byte for
-    byte), under a key of what went into them; the second finds them and says it links from
-    them; with LATENCY_DIVIDE_NO_BUILD_CACHE=1 it neither reads nor adds an entry."""
+@pytest.mark.slow  # its cargo builds may wait for the lint's, and a fresh clone's builds ours
+@pytest.mark.shared  # measures nothing and times nothing
+def test_setup_keeps_boringssl_and_the_crates_and_a_fresh_clone_builds_from_them(tmp_path):
+    """scripts/setup.sh as `make` runs it, against a cache of its own (XDG_CACHE_HOME). In this
+    checkout: the first run keeps the two static libraries tquic's build linked (byte for byte)
+    under a key of what went into them, and a copy of target/release in place of any other
+    entry; the second finds the libraries and says it links from them; with
+    LATENCY_DIVIDE_NO_BUILD_CACHE=1 it neither reads nor adds an entry. Then in a fresh clone
+    (no target/): the set-up starts from the copy, builds ours from the clone's own sources even
+    where they look older than the copy's build (a change with an old time), links tquic again
+    from the cache (the copy's linked this checkout's BoringSSL), reuses every other crate as
+    copied, and keeps its build in place of the copy."""
     import filecmp
     import glob
 
+    from test_dvc import _env
+    from test_reanalysis import fresh_clone
+
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     cache = tmp_path / "cache" / "latency-divide" / "boringssl"
+    crates = tmp_path / "cache" / "latency-divide" / "target"
+    (crates / "0123456789abcdef" / "release").mkdir(parents=True)  # another key's: it goes
 
-    def setup(**extra) -> str:
-        res = subprocess.run(["./scripts/setup.sh"], cwd=ROOT, env={**env, **extra},
+    def setup(cwd=ROOT, **extra) -> str:
+        res = subprocess.run(["./scripts/setup.sh"], cwd=cwd, env={**env, **extra},
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stderr
@@ -148,12 +158,40 @@ def test_setup_keeps_boringssl_and_the_next_setup_links_from_it(tmp_path):
     built = [d for d in linked if os.path.isfile(f"{d}/libssl.a")]
     assert built and all(filecmp.cmp(f"{built[0]}/{lib}", entries[0] / lib, shallow=False)
                          for lib in ("libssl.a", "libcrypto.a")), (linked, entries)
+    kept = sorted(crates.iterdir())
+    assert len(kept) == 1 and re.fullmatch(r"[0-9a-f]{16}", kept[0].name), kept
+    assert f"kept this build's crates for the next clone's: {kept[0]}" in first, first
+    assert (kept[0] / "release" / "tquic-perf").is_file()
     second = setup()
     assert f"BoringSSL from this machine's cache, {entries[0]}" in second, second
-    assert "kept BoringSSL" not in second, second
+    assert "kept" not in second, second
     off = setup(LATENCY_DIVIDE_NO_BUILD_CACHE="1")
     assert "the first build compiles BoringSSL" in off and "kept" not in off, off
     assert sorted(cache.iterdir()) == entries  # nothing added, no temporary left
+    assert sorted(crates.iterdir()) == kept
+
+    clone = fresh_clone(tmp_path, _env(tmp_path))
+    cli = clone / "tools" / "delayline" / "src" / "cli.rs"
+    cli.write_text(cli.read_text().replace("First interface (", "First interface, changed ("))
+    os.utime(cli, (946684800, 946684800))  # 2000-01-01: older than the copy's build
+    rlibs = {p.name: p.stat().st_mtime_ns for p in (kept[0] / "release" / "deps").glob("*.rlib")}
+    log = setup(clone)
+    assert f"target/ copied from this machine's last build ({kept[0]}): building ours" in log, log
+    assert "rebuilding tquic" in log and f"kept this build's crates for the next clone's: " \
+        f"{kept[0]}" in log, log
+    assert sorted(crates.iterdir()) == kept and not list(clone.glob(".ld-target.*"))
+    help_text = subprocess.run([str(clone / "target/release/delayline"), "--help"],
+                               capture_output=True, text=True, check=True).stdout
+    assert "First interface, changed (" in help_text, help_text[:600]
+    # every crates.io crate but tquic as copied, not built again (ours and tquic are)
+    after = {p.name: p.stat().st_mtime_ns for p in (clone / "target/release/deps").glob("*.rlib")}
+    rebuilt = ("tquic", "tquic_perf", "delayline", "qsampler", "hostprobe")
+    reused = {n for n in rlibs if n.split("-", 1)[0].removeprefix("lib") not in rebuilt}
+    assert len(reused) > 50 and all(after.get(n) == rlibs[n] for n in reused), \
+        sorted(n for n in reused if after.get(n) != rlibs[n])
+    # the kept copy is the clone's build now: its tquic links the cache's BoringSSL
+    out = glob.glob(str(kept[0] / "release/build/tquic-*/output"))
+    assert out and f"cargo:rustc-link-search=native={entries[0]}" in open(out[0]).read()
 
 
 @pytest.mark.slow
