@@ -118,6 +118,7 @@ seeded=no
 if [ "$use_cache" != no ] && ! [ -e target ] && [ -d "$tgt_dir/release" ] \
     && [ -f "$ssl_dir/libssl.a" ] && [ -f "$ssl_dir/libcrypto.a" ]; then
   tgt_tmp=$(mktemp -d ./.ld-target.XXXXXX)
+  chmod "$(umask -S)" "$tgt_tmp"  # target/ as cargo would make it (mktemp's is the owner's only)
   if cp -a "$tgt_dir/release" "$tgt_tmp/release" && mv -T "$tgt_tmp" target; then
     tgt_tmp= seeded=yes
     cargo clean --release --locked --quiet "${ours[@]}"

@@ -289,6 +289,7 @@ def test_a_refusing_host_stops_the_run_before_any_trial(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # runs no trial and times nothing: 12 s of the alone phase (issue 59)
 def test_runs_that_measure_no_trial_do_not_check_the_host(tmp_path):
     """A dry run, a run with trials forbidden (re-analysis of pulled data) and an analysis-only
     target write no host record; the refusing record of this boot does not stop a run that

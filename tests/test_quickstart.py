@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import time
 
@@ -173,13 +174,18 @@ def test_setup_keeps_boringssl_and_the_crates_and_a_fresh_clone_builds_from_them
     clone = fresh_clone(tmp_path, _env(tmp_path))
     cli = clone / "tools" / "delayline" / "src" / "cli.rs"
     cli.write_text(cli.read_text().replace("First interface (", "First interface, changed ("))
-    os.utime(cli, (946684800, 946684800))  # 2000-01-01: older than the copy's build
+    for f in (clone / "tools").rglob("*"):  # 2000-01-01 (a tarball's times): cargo's own check
+        os.utime(f, (946684800, 946684800))  # finds every one of ours older than the copy's
     rlibs = {p.name: p.stat().st_mtime_ns for p in (kept[0] / "release" / "deps").glob("*.rlib")}
     log = setup(clone)
     assert f"target/ copied from this machine's last build ({kept[0]}): building ours" in log, log
     assert "rebuilding tquic" in log and f"kept this build's crates for the next clone's: " \
         f"{kept[0]}" in log, log
     assert sorted(crates.iterdir()) == kept and not list(clone.glob(".ld-target.*"))
+    # as cargo makes it: others may run the tools (tests/test_hostprobe.py runs one as nobody)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((clone / "target").stat().st_mode) == 0o777 & ~umask
     help_text = subprocess.run([str(clone / "target/release/delayline"), "--help"],
                                capture_output=True, text=True, check=True).stdout
     assert "First interface, changed (" in help_text, help_text[:600]
